@@ -1,0 +1,144 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/wts-project/wts/kernels/rng"
+)
+
+func randSlice(r *rng.Source, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(r.Uniform(-1, 1))
+	}
+	return s
+}
+
+// checkAgainstRef runs Sgemm and Ref on the same random operands and compares
+// with a tolerance scaled by k (float32 accumulation error grows with depth).
+func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alpha, beta float32) {
+	t.Helper()
+	lda, ldb, ldc := k+3, n+1, n+5
+	if ta {
+		lda = m + 2
+	}
+	if tb {
+		ldb = k + 7
+	}
+	arows, brows := m, k
+	if ta {
+		arows = k
+	}
+	if tb {
+		brows = n
+	}
+	a := randSlice(r, arows*lda)
+	b := randSlice(r, brows*ldb)
+	c := randSlice(r, m*ldc)
+	want := append([]float32(nil), c...)
+	Ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, want, ldc)
+	Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	tol := 1e-5 * float64(k+1)
+	for i := 0; i < m; i++ {
+		for j := 0; j < ldc; j++ {
+			g, w := c[i*ldc+j], want[i*ldc+j]
+			if j >= n { // padding columns must be untouched
+				if g != w {
+					t.Fatalf("wrote outside C at [%d,%d]", i, j)
+				}
+				continue
+			}
+			if math.Abs(float64(g-w)) > tol {
+				t.Fatalf("ta=%v tb=%v m=%d n=%d k=%d: C[%d,%d]=%v want %v", ta, tb, m, n, k, i, j, g, w)
+			}
+		}
+	}
+}
+
+func TestSgemmMatchesRef(t *testing.T) {
+	r := rng.New(3)
+	shapes := [][3]int{{1, 1, 1}, {1, 37, 19}, {3, 5, 300}, {6, 16, 4}, {7, 17, 5}, {13, 33, 257}, {96, 64, 256},
+		{100, 50, 600}, {2, 300, 64}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
+	for _, s := range shapes {
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 1, 0)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 0.5, 1)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], -2, 0.25)
+			}
+		}
+	}
+}
+
+// The assembly kernels are compared with their portable twins directly, so a
+// machine without AVX2 still proves the Go versions and one with it proves both.
+func TestKernelsMatchPortable(t *testing.T) {
+	r := rng.New(5)
+	for _, k := range []int{1, 3, 4, 5, 17, 256} {
+		a, b := randSlice(r, k*mr), randSlice(r, k*nr)
+		c1 := randSlice(r, mr*20)
+		c2 := append([]float32(nil), c1...)
+		kernel6x16(k, a, b, c1, 20)
+		kernel6x16Go(k, a, b, c2, 20)
+		for i := range c1 {
+			if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
+				t.Fatalf("kernel k=%d [%d]: %v vs %v", k, i, c1[i], c2[i])
+			}
+		}
+	}
+	for _, k := range []int{1, 7, 8, 9, 16, 31, 33, 100} {
+		x, w := randSlice(r, k), randSlice(r, 4*(k+2))
+		var o1, o2 [4]float32
+		dot4(x, w, k+2, &o1)
+		dot4Go(x, w, k+2, &o2)
+		for i := range o1 {
+			if math.Abs(float64(o1[i]-o2[i])) > 1e-4 {
+				t.Fatalf("dot4 k=%d: %v vs %v", k, o1, o2)
+			}
+		}
+		if d1, d2 := dot(x, w[:k]), dotGo(x, w[:k]); math.Abs(float64(d1-d2)) > 1e-4 {
+			t.Fatalf("dot k=%d: %v vs %v", k, d1, d2)
+		}
+	}
+}
+
+func FuzzSgemm(f *testing.F) {
+	f.Add(uint8(5), uint8(9), uint8(7), false, true, uint64(1))
+	f.Fuzz(func(t *testing.T, m, n, k uint8, ta, tb bool, seed uint64) {
+		checkAgainstRef(t, rng.New(seed), ta, tb, int(m%70), int(n%70), int(k)+int(m%3)*100, 1, 0.5)
+	})
+}
+
+// BenchmarkSgemm reports GFLOP/s on the shapes of the small and Qwen3-0.6B
+// models' projections (tokens × in → out).
+func BenchmarkSgemm(b *testing.B) {
+	for _, s := range [][3]int{{512, 512, 512}, {512, 1280, 512}, {512, 1024, 1024}, {512, 3072, 1024}, {512, 1024, 3072}, {1024, 1024, 1024}} {
+		m, n, k := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
+			r := rng.New(1)
+			x, w, c := randSlice(r, m*k), randSlice(r, n*k), make([]float32, m*n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, c, n)
+			}
+			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkGemv is the decode-time product: one token against a weight.
+func BenchmarkGemv(b *testing.B) {
+	for _, s := range [][2]int{{1024, 1024}, {3072, 1024}, {8192, 2048}} {
+		n, k := s[0], s[1]
+		b.Run(fmt.Sprintf("%dx%d", n, k), func(b *testing.B) {
+			r := rng.New(1)
+			x, w, c := randSlice(r, k), randSlice(r, n*k), make([]float32, n)
+			b.SetBytes(int64(4 * n * k))
+			for i := 0; i < b.N; i++ {
+				Sgemm(false, true, 1, n, k, 1, x, k, w, k, 0, c, n)
+			}
+		})
+	}
+}

@@ -1,0 +1,48 @@
+//go:build amd64 && !purego
+
+package gemm
+
+import "golang.org/x/sys/cpu"
+
+// useAVX is fixed at start-up: the assembly needs AVX2 and FMA (Haswell on).
+var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func kernel6x16AVX(k int, a, b, c *float32, ldc int)
+
+//go:noescape
+func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
+
+//go:noescape
+func dotAVX(k int, x, y *float32) float32
+
+func kernel6x16(k int, a, b, c []float32, ldc int) {
+	if !useAVX || k == 0 {
+		kernel6x16Go(k, a, b, c, ldc)
+		return
+	}
+	// Bounds the assembly relies on, checked once per tile.
+	_ = a[k*mr-1]
+	_ = b[k*nr-1]
+	_ = c[(mr-1)*ldc+nr-1]
+	kernel6x16AVX(k, &a[0], &b[0], &c[0], ldc)
+}
+
+func dot4(x, w []float32, ldw int, out *[4]float32) {
+	k := len(x)
+	if !useAVX || k == 0 {
+		dot4Go(x, w, ldw, out)
+		return
+	}
+	_ = w[3*ldw+k-1]
+	dot4AVX(k, &x[0], &w[0], ldw, out)
+}
+
+func dot(x, y []float32) float32 {
+	k := len(x)
+	if !useAVX || k == 0 {
+		return dotGo(x, y)
+	}
+	_ = y[k-1]
+	return dotAVX(k, &x[0], &y[0])
+}

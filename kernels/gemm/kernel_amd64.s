@@ -1,0 +1,235 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// One k step of the 6x16 tile: B row in Y12/Y13, six broadcasts of A.
+#define STEP(aoff, boff) \
+	VMOVUPS boff(DI), Y12 \
+	VMOVUPS boff+32(DI), Y13 \
+	VBROADCASTSS aoff(SI), Y14 \
+	VFMADD231PS Y12, Y14, Y0 \
+	VFMADD231PS Y13, Y14, Y1 \
+	VBROADCASTSS aoff+4(SI), Y15 \
+	VFMADD231PS Y12, Y15, Y2 \
+	VFMADD231PS Y13, Y15, Y3 \
+	VBROADCASTSS aoff+8(SI), Y14 \
+	VFMADD231PS Y12, Y14, Y4 \
+	VFMADD231PS Y13, Y14, Y5 \
+	VBROADCASTSS aoff+12(SI), Y15 \
+	VFMADD231PS Y12, Y15, Y6 \
+	VFMADD231PS Y13, Y15, Y7 \
+	VBROADCASTSS aoff+16(SI), Y14 \
+	VFMADD231PS Y12, Y14, Y8 \
+	VFMADD231PS Y13, Y14, Y9 \
+	VBROADCASTSS aoff+20(SI), Y15 \
+	VFMADD231PS Y12, Y15, Y10 \
+	VFMADD231PS Y13, Y15, Y11
+
+#define STORE(lo, hi) \
+	VADDPS (DX), lo, lo \
+	VMOVUPS lo, (DX) \
+	VADDPS 32(DX), hi, hi \
+	VMOVUPS hi, 32(DX) \
+	ADDQ R8, DX
+
+// func kernel6x16AVX(k int, a, b, c *float32, ldc int)
+TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-40
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ CX, BX
+	SHRQ $2, BX
+	ANDQ $3, CX
+	TESTQ BX, BX
+	JE   tail
+
+loop4:
+	STEP(0, 0)
+	STEP(24, 64)
+	STEP(48, 128)
+	STEP(72, 192)
+	ADDQ $96, SI
+	ADDQ $256, DI
+	DECQ BX
+	JNZ  loop4
+
+tail:
+	TESTQ CX, CX
+	JE    store
+
+loop1:
+	STEP(0, 0)
+	ADDQ $24, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop1
+
+store:
+	STORE(Y0, Y1)
+	STORE(Y2, Y3)
+	STORE(Y4, Y5)
+	STORE(Y6, Y7)
+	STORE(Y8, Y9)
+	STORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// Horizontal sum of Y reg into the low lane of X reg (clobbers X13).
+#define HSUM(y, x) \
+	VEXTRACTF128 $1, y, X13 \
+	VADDPS X13, x, x \
+	VHADDPS x, x, x \
+	VHADDPS x, x, x
+
+// func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
+TEXT ·dot4AVX(SB), NOSPLIT, $0-40
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DI
+	MOVQ ldw+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (DI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	MOVQ CX, BX
+	ANDQ $-16, BX
+
+d4loop16:
+	CMPQ AX, BX
+	JGE  d4loop8
+	VMOVUPS (SI)(AX*4), Y8
+	VMOVUPS 32(SI)(AX*4), Y9
+	VFMADD231PS (DI)(AX*4), Y8, Y0
+	VFMADD231PS (R9)(AX*4), Y8, Y1
+	VFMADD231PS (R10)(AX*4), Y8, Y2
+	VFMADD231PS (R11)(AX*4), Y8, Y3
+	VFMADD231PS 32(DI)(AX*4), Y9, Y4
+	VFMADD231PS 32(R9)(AX*4), Y9, Y5
+	VFMADD231PS 32(R10)(AX*4), Y9, Y6
+	VFMADD231PS 32(R11)(AX*4), Y9, Y7
+	ADDQ $16, AX
+	JMP  d4loop16
+
+d4loop8:
+	MOVQ CX, BX
+	ANDQ $-8, BX
+	CMPQ AX, BX
+	JGE  d4reduce
+	VMOVUPS (SI)(AX*4), Y8
+	VFMADD231PS (DI)(AX*4), Y8, Y0
+	VFMADD231PS (R9)(AX*4), Y8, Y1
+	VFMADD231PS (R10)(AX*4), Y8, Y2
+	VFMADD231PS (R11)(AX*4), Y8, Y3
+	ADDQ $8, AX
+
+d4reduce:
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS Y6, Y2, Y2
+	VADDPS Y7, Y3, Y3
+	HSUM(Y0, X0)
+	HSUM(Y1, X1)
+	HSUM(Y2, X2)
+	HSUM(Y3, X3)
+
+d4tail:
+	CMPQ AX, CX
+	JGE  d4done
+	VMOVSS (SI)(AX*4), X8
+	VFMADD231SS (DI)(AX*4), X8, X0
+	VFMADD231SS (R9)(AX*4), X8, X1
+	VFMADD231SS (R10)(AX*4), X8, X2
+	VFMADD231SS (R11)(AX*4), X8, X3
+	INCQ AX
+	JMP  d4tail
+
+d4done:
+	MOVQ out+32(FP), DX
+	VMOVSS X0, (DX)
+	VMOVSS X1, 4(DX)
+	VMOVSS X2, 8(DX)
+	VMOVSS X3, 12(DX)
+	VZEROUPPER
+	RET
+
+// func dotAVX(k int, x, y *float32) float32
+TEXT ·dotAVX(SB), NOSPLIT, $0-28
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ CX, BX
+	ANDQ $-32, BX
+
+dloop32:
+	CMPQ AX, BX
+	JGE  dloop8
+	VMOVUPS (SI)(AX*4), Y4
+	VMOVUPS 32(SI)(AX*4), Y5
+	VMOVUPS 64(SI)(AX*4), Y6
+	VMOVUPS 96(SI)(AX*4), Y7
+	VFMADD231PS (DI)(AX*4), Y4, Y0
+	VFMADD231PS 32(DI)(AX*4), Y5, Y1
+	VFMADD231PS 64(DI)(AX*4), Y6, Y2
+	VFMADD231PS 96(DI)(AX*4), Y7, Y3
+	ADDQ $32, AX
+	JMP  dloop32
+
+dloop8:
+	MOVQ CX, BX
+	ANDQ $-8, BX
+
+dloop8b:
+	CMPQ AX, BX
+	JGE  dreduce
+	VMOVUPS (SI)(AX*4), Y4
+	VFMADD231PS (DI)(AX*4), Y4, Y0
+	ADDQ $8, AX
+	JMP  dloop8b
+
+dreduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	HSUM(Y0, X0)
+
+dtail:
+	CMPQ AX, CX
+	JGE  ddone
+	VMOVSS (SI)(AX*4), X4
+	VFMADD231SS (DI)(AX*4), X4, X0
+	INCQ AX
+	JMP  dtail
+
+ddone:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET

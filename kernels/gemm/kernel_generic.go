@@ -1,0 +1,52 @@
+package gemm
+
+// The portable micro-kernels. On amd64 with AVX2 and FMA the assembly versions
+// replace them (kernel_amd64.go); elsewhere, and in tests that compare the two,
+// these run.
+
+// kernel6x16Go adds the product of a packed A panel (k×mr, p-major) and a
+// packed B panel (k×nr, p-major) into the mr×nr tile at c with row stride ldc.
+func kernel6x16Go(k int, a, b, c []float32, ldc int) {
+	var acc [mr][nr]float32
+	for p := 0; p < k; p++ {
+		bp := b[p*nr : p*nr+nr]
+		ap := a[p*mr : p*mr+mr]
+		for i := 0; i < mr; i++ {
+			ai := ap[i]
+			for j := 0; j < nr; j++ {
+				acc[i][j] += ai * bp[j]
+			}
+		}
+	}
+	for i := 0; i < mr; i++ {
+		row := c[i*ldc : i*ldc+nr]
+		for j := range row {
+			row[j] += acc[i][j]
+		}
+	}
+}
+
+func dotGo(x, y []float32) float32 {
+	var s0, s1, s2, s3 float32
+	n := len(x)
+	y = y[:n]
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		s0 += x[i] * y[i]
+		s1 += x[i+1] * y[i+1]
+		s2 += x[i+2] * y[i+2]
+		s3 += x[i+3] * y[i+3]
+	}
+	for ; i < n; i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot4Go computes the dot products of x with four rows of w spaced ldw apart.
+func dot4Go(x, w []float32, ldw int, out *[4]float32) {
+	k := len(x)
+	for t := 0; t < 4; t++ {
+		out[t] = dotGo(x, w[t*ldw:t*ldw+k])
+	}
+}

@@ -1,0 +1,193 @@
+package gemm
+
+import (
+	"sync"
+
+	"github.com/wts-project/wts/kernels/par"
+)
+
+// Blocking for the packed path (the BLIS loop order). A packed A block
+// (mc×kc, 96 KiB) stays in L2, a packed B panel (kc×nr, 16 KiB) in L1, and the
+// micro-kernel keeps an mr×nr tile of C in twelve AVX registers.
+const (
+	mr = 6
+	nr = 16
+	kc = 256
+	mc = 96 // multiple of mr
+	nc = 3072
+)
+
+// smallM is the row count below which op(B) is read in place instead of
+// packed: for decode-time GEMV the weight is read once either way, and packing
+// it would triple the memory traffic.
+const smallM = 8
+
+var packPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func getBuf(n int) *[]float32 {
+	p := packPool.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// Sgemm is the fast float32 GEMM, with Ref's arguments and meaning.
+func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	scaleC(m, n, beta, c, ldc)
+	if k == 0 || alpha == 0 {
+		return
+	}
+	if m < smallM && tb {
+		smallGemm(ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
+	bufA := getBuf(mc * kc)
+	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
+	defer packPool.Put(bufA)
+	defer packPool.Put(bufB)
+	for jc := 0; jc < n; jc += nc {
+		nb := min(nc, n-jc)
+		panels := (nb + nr - 1) / nr
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			pb := (*bufB)[:panels*nr*kb]
+			par.For(panels, 8, func(lo, hi int) {
+				for q := lo; q < hi; q++ {
+					packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
+				}
+			})
+			for ic := 0; ic < m; ic += mc {
+				mb := min(mc, m-ic)
+				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
+				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
+				par.For(panels, 4, func(lo, hi int) {
+					for q := lo; q < hi; q++ {
+						j0 := jc + q*nr
+						nw := min(nr, n-j0)
+						bp := pb[q*nr*kb : (q+1)*nr*kb]
+						for ir := 0; ir < mb; ir += mr {
+							mw := min(mr, mb-ir)
+							ap := pa[ir*kb : ir*kb+mr*kb]
+							cOff := (ic+ir)*ldc + j0
+							if mw == mr && nw == nr {
+								kernel6x16(kb, ap, bp, c[cOff:], ldc)
+								continue
+							}
+							var tile [mr * nr]float32
+							kernel6x16(kb, ap, bp, tile[:], nr)
+							for i := 0; i < mw; i++ {
+								row := c[cOff+i*ldc : cOff+i*ldc+nw]
+								for j := range row {
+									row[j] += tile[i*nr+j]
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row) // also clears NaN, as BLAS does for beta 0
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// packA copies alpha·op(A)[i0:i0+mb, p0:p0+kb] into mr-row panels laid out
+// p-major (dst[panel][p][i]), zero-padding the last panel.
+func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []float32) {
+	for ir := 0; ir < mb; ir += mr {
+		panel := dst[ir*kb : ir*kb+mr*kb]
+		rows := min(mr, mb-ir)
+		for p := 0; p < kb; p++ {
+			out := panel[p*mr : p*mr+mr]
+			for i := 0; i < rows; i++ {
+				var v float32
+				if ta {
+					v = a[(p0+p)*lda+i0+ir+i]
+				} else {
+					v = a[(i0+ir+i)*lda+p0+p]
+				}
+				out[i] = alpha * v
+			}
+			for i := rows; i < mr; i++ {
+				out[i] = 0
+			}
+		}
+	}
+}
+
+// packB copies op(B)[p0:p0+kb, j0:j0+nw] into one nr-column panel laid out
+// p-major (dst[p][j]), zero-padding missing columns.
+func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
+	if !tb {
+		for p := 0; p < kb; p++ {
+			out := dst[p*nr : p*nr+nr]
+			copy(out, b[(p0+p)*ldb+j0:(p0+p)*ldb+j0+nw])
+			clear(out[nw:])
+		}
+		return
+	}
+	if nw < nr {
+		clear(dst[:kb*nr])
+	}
+	for j := 0; j < nw; j++ {
+		src := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+kb]
+		for p, v := range src {
+			dst[p*nr+j] = v
+		}
+	}
+}
+
+// smallGemm serves few-row products against a row-major [n,k] op(B) (a weight
+// matrix): each output is a dot product of contiguous rows, so the weight
+// streams from memory once with no packing.
+func smallGemm(ta bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	rows := a
+	if ta { // gather op(A) rows contiguously; m is small
+		buf := make([]float32, m*k)
+		for i := 0; i < m; i++ {
+			for p := 0; p < k; p++ {
+				buf[i*k+p] = a[p*lda+i]
+			}
+		}
+		rows, lda = buf, k
+	}
+	par.For((n+3)/4, 16, func(lo, hi int) {
+		var out [4]float32
+		for q := lo; q < hi; q++ {
+			j0 := q * 4
+			for i := 0; i < m; i++ {
+				x := rows[i*lda : i*lda+k]
+				crow := c[i*ldc:]
+				if j0+4 <= n {
+					dot4(x, b[j0*ldb:], ldb, &out)
+					for t := 0; t < 4; t++ {
+						crow[j0+t] += alpha * out[t]
+					}
+					continue
+				}
+				for j := j0; j < n; j++ {
+					crow[j] += alpha * dot(x, b[j*ldb:j*ldb+k])
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,249 @@
+// Package safetensors reads and writes the safetensors format used by HF model
+// folders and PEFT adapters: an 8-byte little-endian header length, a JSON
+// header naming each tensor's dtype, shape and byte range, then the raw data.
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+)
+
+// maxHeader bounds the JSON header so that a corrupt length cannot make us
+// allocate gigabytes before failing.
+const maxHeader = 100 << 20
+
+// Info describes one tensor in a file.
+type Info struct {
+	DType       DType    `json:"dtype"`
+	Shape       []int    `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// Elements is the product of the shape.
+func (i Info) Elements() int {
+	n := 1
+	for _, d := range i.Shape {
+		n *= d
+	}
+	return n
+}
+
+// File is an open safetensors file. Tensors are read on demand so that a
+// sharded multi-gigabyte model never needs two copies in memory.
+type File struct {
+	f        *os.File
+	dataBase int64
+	Tensors  map[string]Info
+	Metadata map[string]string
+}
+
+// Open reads and validates the header of path.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	sf, err := parseHeader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
+	}
+	return sf, nil
+}
+
+func parseHeader(f *os.File) (*File, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
+		return nil, fmt.Errorf("reading header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > maxHeader || int64(n)+8 > st.Size() {
+		return nil, fmt.Errorf("header length %d is out of range for a %d-byte file", n, st.Size())
+	}
+	hdr := make([]byte, n)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &raw); err != nil {
+		return nil, fmt.Errorf("header is not a JSON object: %w", err)
+	}
+	sf := &File{f: f, dataBase: 8 + int64(n), Tensors: map[string]Info{}}
+	dataLen := st.Size() - sf.dataBase
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &sf.Metadata); err != nil {
+				return nil, fmt.Errorf("__metadata__: %w", err)
+			}
+			continue
+		}
+		var info Info
+		if err := json.Unmarshal(msg, &info); err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		if info.DType.Size() == 0 {
+			return nil, fmt.Errorf("tensor %q: unsupported dtype %q", name, info.DType)
+		}
+		elems := int64(1)
+		for _, d := range info.Shape {
+			// Bound the running product by the data size so that a hostile
+			// shape cannot overflow into a plausible element count.
+			if d < 0 || (d > 0 && elems > dataLen/int64(d)+1) {
+				return nil, fmt.Errorf("tensor %q: shape %v does not fit the file", name, info.Shape)
+			}
+			elems *= int64(d)
+		}
+		begin, end := info.DataOffsets[0], info.DataOffsets[1]
+		if begin < 0 || end < begin || end > dataLen || end-begin != elems*int64(info.DType.Size()) {
+			return nil, fmt.Errorf("tensor %q: byte range %d..%d does not fit dtype %s shape %v in %d data bytes",
+				name, begin, end, info.DType, info.Shape, dataLen)
+		}
+		sf.Tensors[name] = info
+	}
+	return sf, nil
+}
+
+// Close releases the file.
+func (s *File) Close() error { return s.f.Close() }
+
+// ErrNotFound is returned for a tensor name the file does not hold.
+var ErrNotFound = errors.New("tensor not found")
+
+// Float32 reads a tensor and widens it to float32.
+func (s *File) Float32(name string) ([]float32, []int, error) {
+	info, ok := s.Tensors[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%q: %w", name, ErrNotFound)
+	}
+	buf := make([]byte, info.DataOffsets[1]-info.DataOffsets[0])
+	if _, err := s.f.ReadAt(buf, s.dataBase+info.DataOffsets[0]); err != nil {
+		return nil, nil, fmt.Errorf("reading %q: %w", name, err)
+	}
+	return Decode(info.DType, buf), info.Shape, nil
+}
+
+// Decode widens raw little-endian elements of type d to float32.
+func Decode(d DType, buf []byte) []float32 {
+	n := len(buf) / d.Size()
+	out := make([]float32, n)
+	switch d {
+	case F32:
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = BF16ToF32(binary.LittleEndian.Uint16(buf[2*i:]))
+		}
+	case F16:
+		for i := range out {
+			out[i] = F16ToF32(binary.LittleEndian.Uint16(buf[2*i:]))
+		}
+	}
+	return out
+}
+
+// Tensor is one tensor to write.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int   // product must equal len(Data)
+	Data  []float32
+}
+
+// Write stores tensors at path, narrowing each to its DType. Names are sorted
+// and the header padded to 8 bytes, as the reference writer does, so equal
+// inputs give byte-identical files (checksums of artifacts depend on it).
+func Write(path string, tensors []Tensor, metadata map[string]string) error {
+	sorted := append([]Tensor(nil), tensors...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	hdr := map[string]any{}
+	if len(metadata) > 0 {
+		hdr["__metadata__"] = metadata
+	}
+	var off int64
+	for _, t := range sorted {
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if n != len(t.Data) || t.DType.Size() == 0 {
+			return fmt.Errorf("safetensors: tensor %q: shape %v / dtype %q do not fit %d values", t.Name, t.Shape, t.DType, len(t.Data))
+		}
+		size := int64(n * t.DType.Size())
+		hdr[t.Name] = Info{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int64{off, off + size}}
+		off += size
+	}
+	js, err := json.Marshal(hdr)
+	if err != nil {
+		return err
+	}
+	for len(js)%8 != 0 {
+		js = append(js, ' ')
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	w := &errWriter{w: f}
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(js)))
+	w.write(lenBuf[:])
+	w.write(js)
+	for _, t := range sorted {
+		w.write(Encode(t.DType, t.Data))
+	}
+	if w.err == nil {
+		w.err = f.Sync()
+	}
+	if cerr := f.Close(); w.err == nil {
+		w.err = cerr
+	}
+	if w.err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("safetensors: writing %s: %w", path, w.err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Encode narrows float32 values to raw little-endian elements of type d.
+func Encode(d DType, data []float32) []byte {
+	buf := make([]byte, len(data)*d.Size())
+	switch d {
+	case F32:
+		for i, v := range data {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+		}
+	case BF16:
+		for i, v := range data {
+			binary.LittleEndian.PutUint16(buf[2*i:], F32ToBF16(v))
+		}
+	case F16:
+		for i, v := range data {
+			binary.LittleEndian.PutUint16(buf[2*i:], F32ToF16(v))
+		}
+	}
+	return buf
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) write(p []byte) {
+	if e.err == nil {
+		_, e.err = e.w.Write(p)
+	}
+}
