@@ -3,6 +3,8 @@
 // against; Sgemm is the fast float32 path; Gemm picks one by element type.
 package gemm
 
+import "github.com/wts-project/wts/kernels/par"
+
 // Float is the element type of the kernels: float32 in service, float64 for
 // finite-difference gradient checks.
 type Float interface{ float32 | float64 }
@@ -37,9 +39,19 @@ func Ref[F Float](ta, tb bool, m, n, k int, alpha F, a []F, lda int, b []F, ldb 
 
 // Gemm computes C = alpha·op(A)·op(B) + beta·C with the fastest path for F.
 func Gemm[F Float](ta, tb bool, m, n, k int, alpha F, a []F, lda int, b []F, ldb int, beta F, c []F, ldc int) {
+	gemmWith(par.For, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Serial is Gemm on the calling goroutine only, for kernels that already run
+// one product per core (attention heads).
+func Serial[F Float](ta, tb bool, m, n, k int, alpha F, a []F, lda int, b []F, ldb int, beta F, c []F, ldc int) {
+	gemmWith(serial, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func gemmWith[F Float](loop loopFunc, ta, tb bool, m, n, k int, alpha F, a []F, lda int, b []F, ldb int, beta F, c []F, ldc int) {
 	switch av := any(a).(type) {
 	case []float32:
-		Sgemm(ta, tb, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		sgemm(loop, ta, tb, m, n, k, float32(alpha), av, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
 	default:
 		Ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	}

@@ -33,8 +33,18 @@ func getBuf(n int) *[]float32 {
 	return p
 }
 
+// loopFunc runs fn over [0, n): par.For, or serial for callers that already
+// run one product per core.
+type loopFunc func(n, minChunk int, fn func(lo, hi int))
+
+func serial(n, _ int, fn func(lo, hi int)) { fn(0, n) }
+
 // Sgemm is the fast float32 GEMM, with Ref's arguments and meaning.
 func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemm(par.For, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -43,7 +53,7 @@ func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []fl
 		return
 	}
 	if m < smallM && tb {
-		smallGemm(ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
 	bufA := getBuf(mc * kc)
@@ -56,7 +66,7 @@ func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []fl
 		for pc := 0; pc < k; pc += kc {
 			kb := min(kc, k-pc)
 			pb := (*bufB)[:panels*nr*kb]
-			par.For(panels, 8, func(lo, hi int) {
+			loop(panels, 8, func(lo, hi int) {
 				for q := lo; q < hi; q++ {
 					packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
 				}
@@ -65,7 +75,7 @@ func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []fl
 				mb := min(mc, m-ic)
 				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
-				par.For(panels, 4, func(lo, hi int) {
+				loop(panels, 4, func(lo, hi int) {
 					for q := lo; q < hi; q++ {
 						j0 := jc + q*nr
 						nw := min(nr, n-j0)
@@ -159,7 +169,7 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 // smallGemm serves few-row products against a row-major [n,k] op(B) (a weight
 // matrix): each output is a dot product of contiguous rows, so the weight
 // streams from memory once with no packing.
-func smallGemm(ta bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	rows := a
 	if ta { // gather op(A) rows contiguously; m is small
 		buf := make([]float32, m*k)
@@ -170,7 +180,7 @@ func smallGemm(ta bool, m, n, k int, alpha float32, a []float32, lda int, b []fl
 		}
 		rows, lda = buf, k
 	}
-	par.For((n+3)/4, 16, func(lo, hi int) {
+	loop((n+3)/4, 16, func(lo, hi int) {
 		var out [4]float32
 		for q := lo; q < hi; q++ {
 			j0 := q * 4

@@ -157,7 +157,7 @@ func Decode(d DType, buf []byte) []float32 {
 type Tensor struct {
 	Name  string
 	DType DType
-	Shape []int   // product must equal len(Data)
+	Shape []int // product must equal len(Data)
 	Data  []float32
 }
 

@@ -1,0 +1,186 @@
+package ops
+
+import (
+	"math"
+	"testing"
+
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/rng"
+)
+
+func rand64(r *rng.Source, n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = r.Uniform(-1, 1)
+	}
+	return s
+}
+
+func to32(s []float64) []float32 {
+	o := make([]float32, len(s))
+	for i, v := range s {
+		o[i] = float32(v)
+	}
+	return o
+}
+
+func closeTo(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	for i := range want {
+		if d := math.Abs(float64(got[i]) - want[i]); d > tol*(1+math.Abs(want[i])) || math.IsNaN(float64(got[i])) {
+			t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// fdCheck compares an analytic gradient of L(x) = Σ c⊙f(x) with central
+// differences in float64.
+func fdCheck(t *testing.T, what string, x []float64, f func([]float64) []float64, c, grad []float64) {
+	t.Helper()
+	const h = 1e-6
+	for i := range x {
+		old := x[i]
+		x[i] = old + h
+		lp := dotf(c, f(x))
+		x[i] = old - h
+		lm := dotf(c, f(x))
+		x[i] = old
+		num := (lp - lm) / (2 * h)
+		if math.Abs(num-grad[i]) > 1e-6*(1+math.Abs(num)) {
+			t.Fatalf("%s: d/dx[%d] analytic %v, numeric %v", what, i, grad[i], num)
+		}
+	}
+}
+
+func dotf(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func TestRMSNorm(t *testing.T) {
+	r := rng.New(1)
+	T, D := 5, 24
+	x, w := rand64(r, T*D), rand64(r, D)
+	want := RefRMSNorm(x, w, T, D, 1e-5)
+	y, inv := make([]float32, T*D), make([]float32, T)
+	RMSNorm(y, inv, to32(x), to32(w), T, D, 1e-5)
+	closeTo(t, "rmsnorm", y, want, 1e-5)
+
+	f := func(x []float64) []float64 {
+		y, inv := make([]float64, T*D), make([]float64, T)
+		RMSNorm(y, inv, x, w, T, D, 1e-5)
+		return y
+	}
+	c := rand64(r, T*D)
+	y64, inv64 := make([]float64, T*D), make([]float64, T)
+	RMSNorm(y64, inv64, x, w, T, D, 1e-5)
+	dx := make([]float64, T*D)
+	RMSNormBackward(dx, c, x, w, inv64, T, D)
+	fdCheck(t, "rmsnorm", x, f, c, dx)
+}
+
+func TestRope(t *testing.T) {
+	r := rng.New(2)
+	for _, preset := range []string{"tiny", "tiny-llama3"} {
+		cfg := model.Presets[preset]
+		T, H, hd := 6, 3, cfg.HeadDim
+		pos := []int{0, 1, 2, 17, 100, 511}
+		inv := InvFreq(cfg)
+		x := rand64(r, T*H*hd)
+		want := RefRope(x, pos, inv, H)
+		got := to32(x)
+		NewRopeTable[float32](inv, pos).Rope(got, T, H)
+		closeTo(t, preset+" rope", got, want, 1e-4)
+
+		tab := NewRopeTable[float64](inv, pos)
+		c := rand64(r, T*H*hd)
+		dx := append([]float64(nil), c...)
+		tab.RopeBackward(dx, T, H)
+		fdCheck(t, "rope", x, func(x []float64) []float64 {
+			y := append([]float64(nil), x...)
+			tab.Rope(y, T, H)
+			return y
+		}, c, dx)
+	}
+}
+
+// The Llama-3 frequency rule: high frequencies unchanged, low ones divided by
+// the factor, a blend between.
+func TestLlama3InvFreq(t *testing.T) {
+	cfg := model.Presets["llama-3.2-1b"]
+	scaled := InvFreq(cfg)
+	cfg.RopeScaling = nil
+	plain := InvFreq(cfg)
+	if scaled[0] != plain[0] {
+		t.Fatalf("highest frequency changed: %v vs %v", scaled[0], plain[0])
+	}
+	last := len(plain) - 1
+	if math.Abs(scaled[last]-plain[last]/32) > 1e-12 {
+		t.Fatalf("lowest frequency %v, want %v", scaled[last], plain[last]/32)
+	}
+}
+
+func TestAttention(t *testing.T) {
+	r := rng.New(3)
+	for _, c := range []struct{ T, S, Hq, Hkv, hd int }{{1, 1, 1, 1, 4}, {5, 5, 4, 2, 8}, {3, 7, 4, 1, 6}, {9, 9, 2, 2, 16}} {
+		q, k, v := rand64(r, c.T*c.Hq*c.hd), rand64(r, c.S*c.Hkv*c.hd), rand64(r, c.S*c.Hkv*c.hd)
+		want := RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
+		out, lse := make([]float32, len(want)), make([]float32, c.Hq*c.T)
+		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd)
+		closeTo(t, "attention", out, want, 1e-5)
+
+		// Backward, each input in turn, in float64.
+		lse64, out64 := make([]float64, c.Hq*c.T), make([]float64, len(want))
+		Attention(out64, lse64, q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
+		cw := rand64(r, len(want))
+		dq, dk, dv := make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
+		AttentionBackward(dq, dk, dv, cw, q, k, v, out64, lse64, c.T, c.S, c.Hq, c.Hkv, c.hd)
+		run := func(q, k, v []float64) []float64 { return RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd) }
+		fdCheck(t, "attention dq", q, func(x []float64) []float64 { return run(x, k, v) }, cw, dq)
+		fdCheck(t, "attention dk", k, func(x []float64) []float64 { return run(q, x, v) }, cw, dk)
+		fdCheck(t, "attention dv", v, func(x []float64) []float64 { return run(q, k, x) }, cw, dv)
+	}
+}
+
+func FuzzAttention(f *testing.F) {
+	f.Add(uint8(3), uint8(2), uint8(4), uint8(1), uint8(8), uint64(1))
+	f.Fuzz(func(t *testing.T, T, extra, hq, hkv, hd uint8, seed uint64) {
+		c := struct{ T, S, Hq, Hkv, hd int }{int(T%12) + 1, 0, 0, int(hkv%3) + 1, 2 * (int(hd%10) + 1)}
+		c.S = c.T + int(extra%5)
+		c.Hq = c.Hkv * (int(hq%3) + 1)
+		r := rng.New(seed)
+		q, k, v := rand64(r, c.T*c.Hq*c.hd), rand64(r, c.S*c.Hkv*c.hd), rand64(r, c.S*c.Hkv*c.hd)
+		want := RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
+		out, lse := make([]float32, len(want)), make([]float32, c.Hq*c.T)
+		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd)
+		closeTo(t, "attention", out, want, 1e-5)
+	})
+}
+
+func TestSwiGLU(t *testing.T) {
+	r := rng.New(4)
+	g, u := rand64(r, 50), rand64(r, 50)
+	for i := range g {
+		g[i] *= 6 // reach both tails of the sigmoid
+	}
+	want := RefSwiGLU(g, u)
+	a := make([]float32, 50)
+	SwiGLU(a, to32(g), to32(u))
+	closeTo(t, "swiglu", a, want, 1e-6)
+
+	c := rand64(r, 50)
+	dg, du := make([]float64, 50), make([]float64, 50)
+	SwiGLUBackward(dg, du, c, g, u)
+	fdCheck(t, "swiglu dg", g, func(x []float64) []float64 { return RefSwiGLU(x, u) }, c, dg)
+	fdCheck(t, "swiglu du", u, func(x []float64) []float64 { return RefSwiGLU(g, x) }, c, du)
+}
+
+func TestLogSumExpStable(t *testing.T) {
+	row := []float32{1000, 1000, -1000}
+	if l := LogSumExp(row); math.Abs(l-(1000+math.Ln2)) > 1e-9 {
+		t.Fatalf("lse %v", l)
+	}
+}

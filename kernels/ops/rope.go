@@ -1,0 +1,92 @@
+package ops
+
+import (
+	"math"
+
+	"github.com/wts-project/wts/kernels/model"
+)
+
+// InvFreq returns RoPE's inverse frequencies [hd/2] for a config, with the
+// Llama-3 or linear rope_scaling applied. It follows transformers' float32
+// arithmetic (base^(2i/d) in float32) so positions line up with PyTorch.
+func InvFreq(c model.Config) []float64 {
+	half := c.HeadDim / 2
+	inv := make([]float64, half)
+	for i := range inv {
+		exp := float32(2*i) / float32(c.HeadDim)
+		inv[i] = float64(float32(1 / math.Pow(c.RopeTheta, float64(exp))))
+	}
+	rs := c.RopeScaling
+	if rs == nil {
+		return inv
+	}
+	switch rs.Type {
+	case "linear":
+		for i := range inv {
+			inv[i] = float64(float32(inv[i] / rs.Factor))
+		}
+	case "llama3":
+		old := float64(rs.OriginalMaxPosition)
+		lowWave := old / rs.LowFreqFactor
+		highWave := old / rs.HighFreqFactor
+		for i, f := range inv {
+			wave := 2 * math.Pi / f
+			switch {
+			case wave < highWave: // high frequencies are kept
+			case wave > lowWave: // low frequencies are slowed by the factor
+				inv[i] = f / rs.Factor
+			default: // in between, a smooth blend of the two
+				smooth := (old/wave - rs.LowFreqFactor) / (rs.HighFreqFactor - rs.LowFreqFactor)
+				inv[i] = (1-smooth)*f/rs.Factor + smooth*f
+			}
+			inv[i] = float64(float32(inv[i]))
+		}
+	}
+	return inv
+}
+
+// RopeTable holds cos and sin of position·freq for a run of positions.
+// cos, sin: [T, hd/2].
+type RopeTable[F Float] struct {
+	Cos, Sin []F
+	Half     int
+}
+
+// NewRopeTable computes the table for the given absolute positions, with the
+// angle rounded to float32 as transformers computes it.
+func NewRopeTable[F Float](invFreq []float64, positions []int) *RopeTable[F] {
+	half := len(invFreq)
+	t := &RopeTable[F]{Cos: make([]F, len(positions)*half), Sin: make([]F, len(positions)*half), Half: half}
+	for r, p := range positions {
+		for i, f := range invFreq {
+			ang := float64(float32(p) * float32(f))
+			t.Cos[r*half+i] = F(math.Cos(ang))
+			t.Sin[r*half+i] = F(math.Sin(ang))
+		}
+	}
+	return t
+}
+
+// Rope rotates each head of x in place, rotate-half layout: the pair
+// (x[i], x[i+hd/2]) turns by the angle of frequency i. x: [T, H*hd].
+func (rt *RopeTable[F]) Rope(x []F, T, H int) { rt.rotate(x, T, H, 1) }
+
+// RopeBackward applies the inverse rotation to a gradient in place.
+func (rt *RopeTable[F]) RopeBackward(dx []F, T, H int) { rt.rotate(dx, T, H, -1) }
+
+func (rt *RopeTable[F]) rotate(x []F, T, H int, dir F) {
+	half := rt.Half
+	hd := 2 * half
+	for t := 0; t < T; t++ {
+		c, s := rt.Cos[t*half:(t+1)*half], rt.Sin[t*half:(t+1)*half]
+		for h := 0; h < H; h++ {
+			v := x[(t*H+h)*hd : (t*H+h+1)*hd]
+			for i := 0; i < half; i++ {
+				x1, x2 := v[i], v[i+half]
+				si := dir * s[i]
+				v[i] = x1*c[i] - x2*si
+				v[i+half] = x2*c[i] + x1*si
+			}
+		}
+	}
+}
