@@ -5,8 +5,9 @@ package model
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+
+	"github.com/wts-project/wts/kernels/kerr"
 )
 
 // Config is the part of an HF config.json that decides the computation.
@@ -66,7 +67,7 @@ type hfConfig struct {
 
 // ErrUnsupported marks a config this engine cannot run (another architecture,
 // an activation or rope variant we do not implement).
-var ErrUnsupported = errors.New("unsupported model")
+var ErrUnsupported = fmt.Errorf("%w: unsupported architecture", kerr.ErrBadModel)
 
 // ParseConfig reads an HF config.json for the Llama, Qwen2 or Qwen3 families.
 func ParseConfig(data []byte) (Config, error) {

@@ -2,13 +2,13 @@ package model
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/wts-project/wts/kernels/gemm"
+	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/safetensors"
 )
 
@@ -101,7 +101,7 @@ func (w *Weights[F]) specs() []tensorSpec[F] {
 
 // ErrBadModel marks a model folder that is missing files or tensors, or whose
 // tensors do not have the shapes its config implies.
-var ErrBadModel = errors.New("bad model folder")
+var ErrBadModel = kerr.ErrBadModel
 
 // Load reads an HF model folder: config.json plus model.safetensors, or shards
 // listed by model.safetensors.index.json.

@@ -1,0 +1,155 @@
+// Package train runs the training primitives on a base model and a LoRA
+// adapter: forward (loss and logprobs), forward_backward (gradients that
+// accumulate until the optimiser step), optim_step (AdamW), and the trainer
+// state a checkpoint holds.
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/wts-project/wts/kernels/gemm"
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/loss"
+	"github.com/wts-project/wts/kernels/transformer"
+)
+
+// Datum is one training sequence: the model input and the loss inputs aligned
+// with it (position i of the loss inputs scores the prediction made at input
+// position i, usually of input token i+1).
+type Datum struct {
+	ModelInput []int
+	Loss       loss.Inputs
+}
+
+// Output is what forward and forward_backward return.
+type Output struct {
+	Logprobs [][]float64 // per datum, per position: logprob of the target token
+	Losses   []float64   // per datum: the summed loss
+	Metrics  map[string]float64
+}
+
+// microTokens bounds the tokens in one pass through the model. Activations
+// grow with tokens × layers; larger batches run as several passes whose
+// gradients add up, which gives the same result.
+const microTokens = 4096
+
+// Validate checks a batch against the model and the loss before any compute.
+func Validate(data []Datum, fn *loss.Fn, vocab, maxPos int) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: no datums", kerr.ErrEmptyInput)
+	}
+	for i := range data {
+		d := &data[i]
+		n := len(d.ModelInput)
+		if n == 0 {
+			return fmt.Errorf("%w: datum %d has no tokens", kerr.ErrEmptyInput, i)
+		}
+		if n > maxPos {
+			return fmt.Errorf("%w: datum %d has %d tokens, context is %d", kerr.ErrTooLong, i, n, maxPos)
+		}
+		if err := fn.Check(&d.Loss, n); err != nil {
+			return fmt.Errorf("datum %d: %w", i, err)
+		}
+		for _, toks := range [][]int{d.ModelInput, d.Loss.TargetTokens} {
+			for _, t := range toks {
+				if t < 0 || t >= vocab {
+					return fmt.Errorf("%w: datum %d has token %d, vocabulary is [0, %d)", kerr.ErrTokenRange, i, t, vocab)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Evaluate computes each datum's target logprobs and loss, and when grads is
+// non-nil adds dL/d(adapter) into it, where L is the loss summed over all
+// tokens of all datums.
+func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F]) (*Output, error) {
+	c := m.Cfg()
+	if err := Validate(data, fn, c.Vocab, c.MaxPos); err != nil {
+		return nil, err
+	}
+	out := &Output{Logprobs: make([][]float64, len(data)), Losses: make([]float64, len(data))}
+	for i := range data {
+		out.Logprobs[i] = make([]float64, len(data[i].ModelInput))
+	}
+	tokLoss := make([][]float64, len(data)) // per token, summed per datum at the end in order
+	for i := range data {
+		tokLoss[i] = make([]float64, len(data[i].ModelInput))
+	}
+	for lo := 0; lo < len(data); {
+		hi, n := lo, 0
+		for hi < len(data) && (hi == lo || n+len(data[hi].ModelInput) <= microTokens) {
+			n += len(data[hi].ModelInput)
+			hi++
+		}
+		if err := evalMicro(m, ad, data, lo, hi, fn, grads, out, tokLoss); err != nil {
+			return nil, err
+		}
+		lo = hi
+	}
+	var sum float64
+	var ntok int
+	for i, ls := range tokLoss {
+		for _, v := range ls {
+			out.Losses[i] += v
+		}
+		sum += out.Losses[i]
+		ntok += len(ls)
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return nil, fmt.Errorf("%w: loss:sum is %v", kerr.ErrNonFinite, sum)
+	}
+	out.Metrics = map[string]float64{"loss:sum": sum, "tokens:sum": float64(ntok), "datums:sum": float64(len(data))}
+	return out, nil
+}
+
+func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, lo, hi int, fn *loss.Fn, grads *lora.Adapter[F], out *Output, tokLoss [][]float64) error {
+	seqs := make([][]int, 0, hi-lo)
+	for _, d := range data[lo:hi] {
+		seqs = append(seqs, d.ModelInput)
+	}
+	b := transformer.Pack(seqs)
+	act, err := m.Forward(ad, b)
+	if err != nil {
+		return err
+	}
+	T := len(b.Tokens)
+	// owner[t] maps a packed position back to (datum, position).
+	owner := make([][2]int, T)
+	for s := 0; s+1 < len(b.Starts); s++ {
+		for t := b.Starts[s]; t < b.Starts[s+1]; t++ {
+			owner[t] = [2]int{lo + s, t - b.Starts[s]}
+		}
+	}
+	var dHidden []F
+	if grads != nil {
+		dHidden = make([]F, T*m.Cfg().Hidden)
+	}
+	// Head calls the row function concurrently; each call writes only its
+	// own (datum, position) slots.
+	m.Head(ad, grads, act.Hidden, T, dHidden, func(t int, row []F) bool {
+		d, i := owner[t][0], owner[t][1]
+		in := &data[d].Loss
+		target := in.TargetTokens[i]
+		if grads == nil {
+			lp := transformer.TargetLogprob(row, target)
+			out.Logprobs[d][i] = lp
+			tokLoss[d][i], _ = fn.Token(in, i, lp)
+			return false
+		}
+		var g float64
+		lp := transformer.LogprobGrad(row, target, func(lp float64) float64 {
+			tokLoss[d][i], g = fn.Token(in, i, lp)
+			return g
+		})
+		out.Logprobs[d][i] = lp
+		return g != 0
+	})
+	if grads != nil {
+		m.Backward(ad, grads, act, dHidden)
+	}
+	return nil
+}

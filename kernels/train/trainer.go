@@ -1,0 +1,117 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/loss"
+	"github.com/wts-project/wts/kernels/optim"
+	"github.com/wts-project/wts/kernels/transformer"
+)
+
+// Trainer is one run's training state on a shared base model: the adapter,
+// the gradient accumulated since the last optimiser step, and AdamW's
+// moments. It is not safe for concurrent use; a run applies its primitives
+// one at a time, in order.
+type Trainer struct {
+	model   *transformer.Model[float32]
+	adapter *lora.Adapter[float32]
+	grads   *lora.Adapter[float32]
+	pending int // forward_backward calls folded into grads
+	opt     *optim.State
+}
+
+// NewTrainer starts training adapter ad on model m.
+func NewTrainer(m *transformer.Model[float32], ad *lora.Adapter[float32]) *Trainer {
+	return &Trainer{model: m, adapter: ad, grads: ad.ZerosLike(), opt: optim.NewState(sizes(ad))}
+}
+
+func sizes(ad *lora.Adapter[float32]) []int {
+	var s []int
+	for _, p := range ad.Params() {
+		s = append(s, len(p.Data))
+	}
+	return s
+}
+
+// Adapter is the live adapter. Samplers must Clone it, not hold it.
+func (t *Trainer) Adapter() *lora.Adapter[float32] { return t.adapter }
+
+// Model is the base model.
+func (t *Trainer) Model() *transformer.Model[float32] { return t.model }
+
+// Steps is the number of optimiser steps taken.
+func (t *Trainer) Steps() int { return t.opt.Step }
+
+// PendingGradients is the number of forward_backward calls since the last step.
+func (t *Trainer) PendingGradients() int { return t.pending }
+
+// Forward computes losses and logprobs without touching any state.
+func (t *Trainer) Forward(data []Datum, lossName string, config map[string]float64) (*Output, error) {
+	fn, err := loss.New(lossName, config)
+	if err != nil {
+		return nil, err
+	}
+	return Evaluate(t.model, t.adapter, data, fn, nil)
+}
+
+// ForwardBackward computes losses and logprobs and adds the gradient into the
+// accumulator. The gradient is computed apart and checked first: a NaN or Inf
+// anywhere refuses the call and leaves the accumulator as it was.
+func (t *Trainer) ForwardBackward(data []Datum, lossName string, config map[string]float64) (*Output, error) {
+	fn, err := loss.New(lossName, config)
+	if err != nil {
+		return nil, err
+	}
+	g := t.adapter.ZerosLike()
+	out, err := Evaluate(t.model, t.adapter, data, fn, g)
+	if err != nil {
+		return nil, err
+	}
+	gp, acc := g.Params(), t.grads.Params()
+	var sq float64
+	for _, p := range gp {
+		for _, v := range p.Data {
+			sq += float64(v) * float64(v)
+		}
+	}
+	if math.IsNaN(sq) || math.IsInf(sq, 0) {
+		return nil, fmt.Errorf("%w: gradient of this batch", kerr.ErrNonFinite)
+	}
+	for i, p := range gp {
+		dst := acc[i].Data
+		for j, v := range p.Data {
+			dst[j] += v
+		}
+	}
+	t.pending++
+	out.Metrics["grad_norm:batch"] = math.Sqrt(sq)
+	return out, nil
+}
+
+// OptimStep applies AdamW with the accumulated gradient and clears it. On an
+// error (bad parameters, a non-finite gradient) the adapter, the moments and
+// the accumulator are unchanged.
+func (t *Trainer) OptimStep(p optim.Params) (optim.Metrics, error) {
+	params, grads := t.adapter.Params(), t.grads.Params()
+	pw, gw := make([][]float32, len(params)), make([][]float32, len(params))
+	for i := range params {
+		pw[i], gw[i] = params[i].Data, grads[i].Data
+	}
+	// Clipping scales the gradient in place; work on a copy so a refused
+	// step leaves the accumulator intact.
+	for i := range gw {
+		gw[i] = append([]float32(nil), gw[i]...)
+	}
+	m, err := t.opt.Update(pw, gw, p)
+	if err != nil {
+		return m, err
+	}
+	for _, g := range grads {
+		clear(g.Data)
+	}
+	t.pending = 0
+	return m, nil
+}

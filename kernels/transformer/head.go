@@ -1,0 +1,84 @@
+package transformer
+
+import (
+	"math"
+
+	"github.com/wts-project/wts/kernels/gemm"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/ops"
+	"github.com/wts-project/wts/kernels/par"
+)
+
+// headChunk is how many tokens' logits exist at once. A full [T, V] logits
+// matrix for a 150k vocabulary would be 600 KB a token; chunks keep the head
+// within a few tens of megabytes whatever T is.
+const headChunk = 32
+
+// RowFunc sees one token's logits row [V]. It may overwrite the row with
+// dL/dlogits and return true to have that gradient propagated; rows that
+// return false contribute no gradient. It is called from several goroutines
+// at once, for distinct t.
+type RowFunc[F gemm.Float] func(t int, row []F) bool
+
+// Head computes logits = hidden·W_lmᵀ (+ LoRA) for T tokens, chunk by chunk,
+// and hands each row to fn. When dHidden is non-nil, gradients returned by fn
+// are added into dHidden [T, D] and into the lm_head LoRA gradients of grads.
+func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden []F, fn RowFunc[F]) {
+	c := m.W.Cfg
+	D, V := c.Hidden, c.Vocab
+	var p, gp *lora.Pair[F]
+	var r int
+	if ad != nil && ad.LMHead != nil {
+		p, r = ad.LMHead, ad.Cfg.Rank
+		if grads != nil {
+			gp = grads.LMHead
+		}
+	}
+	logits := make([]F, headChunk*V)
+	u := make([]F, headChunk*max(r, 1))
+	want := make([]bool, headChunk)
+	for t0 := 0; t0 < T; t0 += headChunk {
+		n := min(headChunk, T-t0)
+		h := hidden[t0*D : (t0+n)*D]
+		linear(logits[:n*V], h, n, D, V, m.W.LMHead, nil, p, scaleOf(ad), u[:n*max(r, 1)])
+		par.For(n, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row := logits[i*V : (i+1)*V]
+				want[i] = fn(t0+i, row)
+				if !want[i] {
+					clear(row)
+				}
+			}
+		})
+		if dHidden == nil {
+			continue
+		}
+		any := false
+		for _, w := range want[:n] {
+			any = any || w
+		}
+		if any {
+			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.W.LMHead, p, gp, scaleOf(ad), u[:n*max(r, 1)])
+		}
+	}
+}
+
+// TargetLogprob returns log softmax(row)[target], computed as
+// row[target] − logsumexp(row) so that no probability is ever logged.
+func TargetLogprob[F gemm.Float](row []F, target int) float64 {
+	return float64(row[target]) - ops.LogSumExp(row)
+}
+
+// LogprobGrad computes logp = log softmax(row)[target], asks grad for
+// g = dL/dlogp at that value, and overwrites row with dL/dlogits =
+// g·(onehot − softmax). It returns logp.
+func LogprobGrad[F gemm.Float](row []F, target int, grad func(logp float64) float64) float64 {
+	lse := ops.LogSumExp(row)
+	logp := float64(row[target]) - lse
+	g := grad(logp)
+	for j, v := range row {
+		row[j] = F(-g * math.Exp(float64(v)-lse))
+	}
+	row[target] += F(g)
+	return logp
+}

@@ -1,0 +1,253 @@
+// Package transformer runs a Llama-family decoder with LoRA adapters: the
+// training forward and backward passes over packed sequences, the chunked LM
+// head, and KV-cache decoding for sampling. The base weights are read-only
+// here, so one Model serves any number of adapters at once.
+package transformer
+
+import (
+	"fmt"
+
+	"github.com/wts-project/wts/kernels/gemm"
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/ops"
+)
+
+// Model is a frozen base model ready to run.
+type Model[F gemm.Float] struct {
+	W       *model.Weights[F]
+	invFreq []float64
+}
+
+// New prepares weights for running.
+func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
+	return &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg)}
+}
+
+// Cfg is the model's configuration.
+func (m *Model[F]) Cfg() model.Config { return m.W.Cfg }
+
+// Batch is sequences packed end to end: sequence i is
+// Tokens[Starts[i]:Starts[i+1]]. Packing lets every projection run as one
+// large matrix product; only attention and RoPE look at the boundaries.
+type Batch struct {
+	Tokens []int
+	Starts []int // len = sequences+1, Starts[0] = 0, last = len(Tokens)
+}
+
+// Pack builds a Batch from separate sequences.
+func Pack(seqs [][]int) Batch {
+	b := Batch{Starts: make([]int, 0, len(seqs)+1)}
+	for _, s := range seqs {
+		b.Starts = append(b.Starts, len(b.Tokens))
+		b.Tokens = append(b.Tokens, s...)
+	}
+	b.Starts = append(b.Starts, len(b.Tokens))
+	return b
+}
+
+// layerAct is what one layer keeps for its backward pass.
+type layerAct[F gemm.Float] struct {
+	x, h1, inv1            []F                  // layer input [T, D], its norm, 1/rms [T]
+	qPre, kPre, qInv, kInv []F                  // Qwen3 q/k before head norm, and its 1/rms
+	q, k, v                []F                  // after bias, head norm and RoPE: [T, Q], [T, KV]
+	attn, lse              []F                  // attention output [T, Q]; per sequence [Hq, L] log-sum-exp
+	x2, h2, inv2           []F                  // after the attention residual, its norm, 1/rms
+	g, u, a                []F                  // gate and up projections, silu(g)⊙u: [T, I]
+	lu                     [lora.NumModules][]F // x·Aᵀ per LoRA module: [T, r]
+}
+
+// Activations is a forward pass's saved state.
+type Activations[F gemm.Float] struct {
+	B      Batch
+	layers []layerAct[F]
+	rope   *ops.RopeTable[F]
+	xf     []F // final residual stream [T, D]
+	invf   []F
+	Hidden []F // final normed hidden states [T, D], the LM head's input
+}
+
+// T is the number of packed tokens.
+func (a *Activations[F]) T() int { return len(a.B.Tokens) }
+
+func positions(b Batch) []int {
+	pos := make([]int, len(b.Tokens))
+	for i := 0; i+1 < len(b.Starts); i++ {
+		for t := b.Starts[i]; t < b.Starts[i+1]; t++ {
+			pos[t] = t - b.Starts[i]
+		}
+	}
+	return pos
+}
+
+// Forward runs the decoder trunk over a batch with adapter ad (nil for the
+// bare base model) and keeps what Backward needs.
+func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch) (*Activations[F], error) {
+	c := m.W.Cfg
+	T, D := len(b.Tokens), c.Hidden
+	for _, tok := range b.Tokens {
+		if tok < 0 || tok >= c.Vocab {
+			return nil, fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, tok, c.Vocab)
+		}
+	}
+	for i := 0; i+1 < len(b.Starts); i++ {
+		if L := b.Starts[i+1] - b.Starts[i]; L > c.MaxPos {
+			return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, L, c.MaxPos)
+		}
+	}
+	act := &Activations[F]{B: b, layers: make([]layerAct[F], c.Layers),
+		rope: ops.NewRopeTable[F](m.invFreq, positions(b))}
+	x := make([]F, T*D)
+	for t, tok := range b.Tokens {
+		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
+	}
+	for l := range act.layers {
+		x = m.layerForward(ad, l, &act.layers[l], act, x)
+	}
+	act.xf = x
+	act.invf = make([]F, T)
+	act.Hidden = make([]F, T*D)
+	ops.RMSNorm(act.Hidden, act.invf, x, m.W.Norm, T, D, c.RMSEps)
+	return act, nil
+}
+
+func pairOf[F gemm.Float](ad *lora.Adapter[F], l int, mod lora.Module) *lora.Pair[F] {
+	if ad == nil {
+		return nil
+	}
+	return ad.Layers[l][mod]
+}
+
+func scaleOf[F gemm.Float](ad *lora.Adapter[F]) F {
+	if ad == nil {
+		return 0
+	}
+	return ad.Scale()
+}
+
+// proj runs one projection of layer l, allocating the LoRA buffer if needed.
+func (m *Model[F]) proj(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], y, x []F, T, in, out int, W, b []F) {
+	p := pairOf(ad, l, mod)
+	if p != nil {
+		la.lu[mod] = make([]F, T*ad.Cfg.Rank)
+	}
+	linear(y, x, T, in, out, W, b, p, scaleOf(ad), la.lu[mod])
+}
+
+func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], x []F) []F {
+	c, w := m.W.Cfg, &m.W.Layers[l]
+	T, D, Q, KV, I := len(act.B.Tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	la.x = x
+	la.h1, la.inv1 = make([]F, T*D), make([]F, T)
+	ops.RMSNorm(la.h1, la.inv1, x, w.AttnNorm, T, D, c.RMSEps)
+
+	la.q, la.k, la.v = make([]F, T*Q), make([]F, T*KV), make([]F, T*KV)
+	m.proj(ad, l, lora.Q, la, la.q, la.h1, T, D, Q, w.Wq, w.Bq)
+	m.proj(ad, l, lora.K, la, la.k, la.h1, T, D, KV, w.Wk, w.Bk)
+	m.proj(ad, l, lora.V, la, la.v, la.h1, T, D, KV, w.Wv, w.Bv)
+	if c.QKNorm {
+		la.qPre, la.qInv = make([]F, T*Q), make([]F, T*c.Heads)
+		la.kPre, la.kInv = make([]F, T*KV), make([]F, T*c.KVHeads)
+		ops.HeadNorm(la.q, la.qPre, la.qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
+		ops.HeadNorm(la.k, la.kPre, la.kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
+	}
+	act.rope.Rope(la.q, T, c.Heads)
+	act.rope.Rope(la.k, T, c.KVHeads)
+
+	la.attn, la.lse = make([]F, T*Q), make([]F, T*c.Heads)
+	for i := 0; i+1 < len(act.B.Starts); i++ {
+		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
+		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim)
+	}
+
+	la.x2 = make([]F, T*D)
+	m.proj(ad, l, lora.O, la, la.x2, la.attn, T, Q, D, w.Wo, w.Bo)
+	for i := range la.x2 {
+		la.x2[i] += x[i]
+	}
+	la.h2, la.inv2 = make([]F, T*D), make([]F, T)
+	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
+	la.g, la.u, la.a = make([]F, T*I), make([]F, T*I), make([]F, T*I)
+	m.proj(ad, l, lora.Gate, la, la.g, la.h2, T, D, I, w.Wg, nil)
+	m.proj(ad, l, lora.Up, la, la.u, la.h2, T, D, I, w.Wu, nil)
+	ops.SwiGLU(la.a, la.g, la.u)
+	out := make([]F, T*D)
+	m.proj(ad, l, lora.Down, la, out, la.a, T, I, D, w.Wd, nil)
+	for i := range out {
+		out[i] += la.x2[i]
+	}
+	return out
+}
+
+// Backward adds dL/d(LoRA parameters) into grads, given dL/dHidden.
+func (m *Model[F]) Backward(ad, grads *lora.Adapter[F], act *Activations[F], dHidden []F) {
+	c := m.W.Cfg
+	T, D := act.T(), c.Hidden
+	dx := make([]F, T*D)
+	ops.RMSNormBackward(dx, dHidden, act.xf, m.W.Norm, act.invf, T, D)
+	for l := c.Layers - 1; l >= 0; l-- {
+		dx = m.layerBackward(ad, grads, l, &act.layers[l], act, dx, l > 0)
+	}
+}
+
+// gradPair returns the gradient pair of a module, or nil.
+func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lora.Pair[F] {
+	if grads == nil {
+		return nil
+	}
+	return grads.Layers[l][mod]
+}
+
+func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], dx, dy, x []F, T, in, out int, W []F) {
+	linearBackward(dx, dy, x, T, in, out, W, pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod])
+}
+
+// layerBackward takes dL/d(layer output) and returns dL/d(layer input); the
+// input gradient of the first layer is not needed (embeddings are frozen),
+// so needDx false skips it.
+func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], dout []F, needDx bool) []F {
+	c, w := m.W.Cfg, &m.W.Layers[l]
+	T, D, Q, KV, I := act.T(), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+
+	// out = x2 + down(silu(g)⊙u)
+	dx2 := append([]F(nil), dout...)
+	da := make([]F, T*I)
+	m.projBackward(ad, grads, l, lora.Down, la, da, dout, la.a, T, I, D, w.Wd)
+	dg, du := make([]F, T*I), make([]F, T*I)
+	ops.SwiGLUBackward(dg, du, da, la.g, la.u)
+	dh2 := make([]F, T*D)
+	m.projBackward(ad, grads, l, lora.Gate, la, dh2, dg, la.h2, T, D, I, w.Wg)
+	m.projBackward(ad, grads, l, lora.Up, la, dh2, du, la.h2, T, D, I, w.Wu)
+	ops.RMSNormBackward(dx2, dh2, la.x2, w.MLPNorm, la.inv2, T, D)
+
+	// x2 = x + o_proj(attn)
+	dattn := make([]F, T*Q)
+	m.projBackward(ad, grads, l, lora.O, la, dattn, dx2, la.attn, T, Q, D, w.Wo)
+	dq, dk, dv := make([]F, T*Q), make([]F, T*KV), make([]F, T*KV)
+	for i := 0; i+1 < len(act.B.Starts); i++ {
+		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
+		ops.AttentionBackward(dq[o*Q:], dk[o*KV:], dv[o*KV:], dattn[o*Q:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:],
+			la.attn[o*Q:], la.lse[o*c.Heads:], L, L, c.Heads, c.KVHeads, c.HeadDim)
+	}
+	act.rope.RopeBackward(dq, T, c.Heads)
+	act.rope.RopeBackward(dk, T, c.KVHeads)
+	if c.QKNorm {
+		dqPre, dkPre := make([]F, T*Q), make([]F, T*KV)
+		ops.RMSNormBackward(dqPre, dq, la.qPre, w.QNorm, la.qInv, T*c.Heads, c.HeadDim)
+		ops.RMSNormBackward(dkPre, dk, la.kPre, w.KNorm, la.kInv, T*c.KVHeads, c.HeadDim)
+		dq, dk = dqPre, dkPre
+	}
+	var dh1 []F // only needed to go on to the layer below
+	if needDx {
+		dh1 = make([]F, T*D)
+	}
+	m.projBackward(ad, grads, l, lora.Q, la, dh1, dq, la.h1, T, D, Q, w.Wq)
+	m.projBackward(ad, grads, l, lora.K, la, dh1, dk, la.h1, T, D, KV, w.Wk)
+	m.projBackward(ad, grads, l, lora.V, la, dh1, dv, la.h1, T, D, KV, w.Wv)
+	if !needDx {
+		return nil
+	}
+	ops.RMSNormBackward(dx2, dh1, la.x, w.AttnNorm, la.inv1, T, D)
+	return dx2
+}
