@@ -1,0 +1,249 @@
+package sampler
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/ops"
+	"github.com/wts-project/wts/kernels/rng"
+	"github.com/wts-project/wts/kernels/transformer"
+)
+
+// Request is one sample call.
+type Request struct {
+	Prompt                []int
+	Params                Params
+	NumSamples            int
+	IncludePromptLogprobs bool
+	TopKPromptLogprobs    int // 0..100
+}
+
+// Stop reasons.
+const (
+	StopToken  = "stop"   // a stop token was sampled (and is included)
+	StopLength = "length" // max_tokens was reached
+)
+
+// Sequence is one generated continuation.
+type Sequence struct {
+	Tokens     []int
+	Logprobs   []float64 // of each token in Tokens, under the model
+	StopReason string
+}
+
+// TokenLogprob is one entry of a top-k list.
+type TokenLogprob struct {
+	Token   int
+	Logprob float64
+}
+
+// Result is a sample call's output. Prompt logprobs have one entry per prompt
+// token; entry 0 is nil because nothing predicts the first token.
+type Result struct {
+	Sequences          []Sequence
+	PromptLogprobs     []*float64
+	TopKPromptLogprobs [][]TokenLogprob
+}
+
+// Validate checks a request against the API's limits and the model.
+func (q *Request) Validate(vocab, maxPos int) error {
+	if len(q.Prompt) == 0 {
+		return fmt.Errorf("%w: prompt has no tokens", kerr.ErrEmptyInput)
+	}
+	if q.NumSamples < 1 || q.NumSamples > MaxSamples {
+		return fmt.Errorf("%w: num_samples %d is outside 1..%d", kerr.ErrSampleParams, q.NumSamples, MaxSamples)
+	}
+	if q.TopKPromptLogprobs < 0 || q.TopKPromptLogprobs > MaxTopKPromptLogp {
+		return fmt.Errorf("%w: topk_prompt_logprobs %d is outside 0..%d", kerr.ErrSampleParams, q.TopKPromptLogprobs, MaxTopKPromptLogp)
+	}
+	if err := q.Params.Validate(vocab); err != nil {
+		return err
+	}
+	if err := checkTokens(q.Prompt, vocab); err != nil {
+		return err
+	}
+	if n := len(q.Prompt) + q.Params.MaxTokens; n > maxPos {
+		return fmt.Errorf("%w: prompt of %d tokens plus max_tokens %d exceeds the context of %d",
+			kerr.ErrTooLong, len(q.Prompt), q.Params.MaxTokens, maxPos)
+	}
+	return nil
+}
+
+func checkTokens(toks []int, vocab int) error {
+	for _, t := range toks {
+		if t < 0 || t >= vocab {
+			return fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, t, vocab)
+		}
+	}
+	return nil
+}
+
+// Sample runs a request on model m with adapter ad (nil for the base model).
+// The prompt is prefilled once; all samples decode together, one batched
+// forward pass per generated position.
+func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request) (*Result, error) {
+	c := m.Cfg()
+	if err := q.Validate(c.Vocab, c.MaxPos); err != nil {
+		return nil, err
+	}
+	root := m.NewCache()
+	hidden, err := m.Extend(ad, root, q.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Sequences: make([]Sequence, q.NumSamples)}
+	P, D, V := len(q.Prompt), c.Hidden, c.Vocab
+	var last []float32
+	wantPrompt := q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0
+	if wantPrompt {
+		res.PromptLogprobs, res.TopKPromptLogprobs = promptLogprobs(m, ad, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
+		if !q.IncludePromptLogprobs {
+			res.PromptLogprobs = nil
+		}
+	} else {
+		m.Head(ad, nil, hidden[(P-1)*D:], 1, nil, func(_ int, row []float32) bool {
+			last = append([]float32(nil), row...)
+			return false
+		})
+	}
+
+	seed := newSeed()
+	if q.Params.Seed != nil {
+		seed = *q.Params.Seed
+	}
+	stop := map[int]bool{}
+	for _, t := range q.Params.StopTokenIDs {
+		stop[t] = true
+	}
+	streams := make([]*rng.Source, q.NumSamples)
+	caches := make([]*transformer.Cache[float32], q.NumSamples)
+	bufs := make([][]candidate, q.NumSamples)
+	active := make([]int, 0, q.NumSamples) // indices of unfinished samples
+	for i := range streams {
+		// Sample i's stream depends only on (seed, i): reproducible whatever
+		// else is batched with it.
+		streams[i] = rng.Derive(seed, uint64(i))
+		caches[i] = root.Fork()
+		bufs[i] = make([]candidate, 0, V)
+		active = append(active, i)
+	}
+	rows := make([][]float32, q.NumSamples) // each sample's latest logits [V]
+	for i := range rows {
+		rows[i] = append([]float32(nil), last...)
+	}
+	for len(active) > 0 {
+		next := active[:0:0]
+		var feed []int
+		var feedCaches []*transformer.Cache[float32]
+		for _, i := range active {
+			tok, lp, b := pick(rows[i], &q.Params, streams[i], bufs[i])
+			bufs[i] = b
+			s := &res.Sequences[i]
+			s.Tokens = append(s.Tokens, tok)
+			s.Logprobs = append(s.Logprobs, lp)
+			switch {
+			case stop[tok]:
+				s.StopReason = StopToken
+			case len(s.Tokens) >= q.Params.MaxTokens:
+				s.StopReason = StopLength
+			default:
+				next = append(next, i)
+				feed = append(feed, tok)
+				feedCaches = append(feedCaches, caches[i])
+			}
+		}
+		active = next
+		if len(active) == 0 {
+			break
+		}
+		h, err := m.Decode(ad, feedCaches, feed)
+		if err != nil {
+			return nil, err
+		}
+		m.Head(ad, nil, h, len(active), nil, func(b int, row []float32) bool {
+			copy(rows[active[b]], row)
+			return false
+		})
+	}
+	return res, nil
+}
+
+// promptLogprobs scores every prompt token given its prefix, and optionally
+// lists the top k tokens at each position. It also hands back the logits of
+// the last position, from which the first new token is sampled.
+func promptLogprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob) {
+	P := len(prompt)
+	lps := make([]*float64, P)
+	var top [][]TokenLogprob
+	if k > 0 {
+		top = make([][]TokenLogprob, P)
+	}
+	m.Head(ad, nil, hidden, P, nil, func(t int, row []float32) bool {
+		if t == P-1 {
+			*last = append([]float32(nil), row...)
+			return false
+		}
+		lse := ops.LogSumExp(row)
+		lp := float64(row[prompt[t+1]]) - lse
+		lps[t+1] = &lp
+		if k > 0 {
+			top[t+1] = topK(row, k, lse)
+		}
+		return false
+	})
+	return lps, top
+}
+
+// topK returns the k most likely tokens of a row with their logprobs, most
+// likely first (ties by token id).
+func topK(row []float32, k int, lse float64) []TokenLogprob {
+	idx := make([]int, len(row))
+	for i := range idx {
+		idx[i] = i
+	}
+	k = min(k, len(row))
+	sort.Slice(idx, func(a, b int) bool {
+		if row[idx[a]] != row[idx[b]] {
+			return row[idx[a]] > row[idx[b]]
+		}
+		return idx[a] < idx[b]
+	})
+	out := make([]TokenLogprob, k)
+	for i := range out {
+		out[i] = TokenLogprob{idx[i], float64(row[idx[i]]) - lse}
+	}
+	return out
+}
+
+// Logprobs returns the prompt logprobs of input (entry 0 nil): the logprobs
+// primitive.
+func Logprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], input []int) ([]*float64, error) {
+	c := m.Cfg()
+	if len(input) == 0 {
+		return nil, fmt.Errorf("%w: input has no tokens", kerr.ErrEmptyInput)
+	}
+	if err := checkTokens(input, c.Vocab); err != nil {
+		return nil, err
+	}
+	if len(input) > c.MaxPos {
+		return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, len(input), c.MaxPos)
+	}
+	root := m.NewCache()
+	hidden, err := m.Extend(ad, root, input)
+	if err != nil {
+		return nil, err
+	}
+	var last []float32
+	lps, _ := promptLogprobs(m, ad, hidden, input, 0, &last)
+	return lps, nil
+}
+
+func newSeed() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}

@@ -1,0 +1,229 @@
+package transformer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/wts-project/wts/kernels/gemm"
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/ops"
+	"github.com/wts-project/wts/kernels/par"
+)
+
+// Cache holds one sequence's keys and values (after RoPE) for every layer.
+// A cache may sit on a read-only prefix (a prompt shared by several samples):
+// attention then reads the prefix's entries first and its own after them.
+type Cache[F gemm.Float] struct {
+	k, v   [][]F // per layer: [n, KV]
+	n      int
+	prefix *Cache[F]
+}
+
+// NewCache returns an empty cache for model m.
+func (m *Model[F]) NewCache() *Cache[F] {
+	return &Cache[F]{k: make([][]F, m.W.Cfg.Layers), v: make([][]F, m.W.Cfg.Layers)}
+}
+
+// Fork returns an empty cache that continues after c. c must not grow after
+// it has been forked.
+func (c *Cache[F]) Fork() *Cache[F] {
+	return &Cache[F]{k: make([][]F, len(c.k)), v: make([][]F, len(c.v)), prefix: c}
+}
+
+// Len is the number of positions held, prefix included.
+func (c *Cache[F]) Len() int {
+	if c.prefix != nil {
+		return c.prefix.Len() + c.n
+	}
+	return c.n
+}
+
+// prefillChunk bounds the tokens per prefill pass so that the attention
+// scores (chunk × context per head) stay small for long prompts.
+const prefillChunk = 256
+
+// Extend appends tokens to a cache with no prefix and returns the final
+// hidden states [len(tokens), D] of the new positions.
+func (m *Model[F]) Extend(ad *lora.Adapter[F], c *Cache[F], tokens []int) ([]F, error) {
+	cfg := m.W.Cfg
+	if c.prefix != nil {
+		return nil, fmt.Errorf("extend: cache has a prefix")
+	}
+	if c.n+len(tokens) > cfg.MaxPos {
+		return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, c.n+len(tokens), cfg.MaxPos)
+	}
+	for _, t := range tokens {
+		if t < 0 || t >= cfg.Vocab {
+			return nil, fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, t, cfg.Vocab)
+		}
+	}
+	D := cfg.Hidden
+	hidden := make([]F, len(tokens)*D)
+	for lo := 0; lo < len(tokens); lo += prefillChunk {
+		hi := min(lo+prefillChunk, len(tokens))
+		m.extendChunk(ad, c, tokens[lo:hi], hidden[lo*D:hi*D])
+	}
+	return hidden, nil
+}
+
+// step is the per-pass scratch of a cached forward: rows of new tokens, the
+// positions they take, and how attention finds each row's keys.
+type step[F gemm.Float] struct {
+	x, h, q, k, v, attn, g, u []F
+	rope                      *ops.RopeTable[F]
+}
+
+func (m *Model[F]) newStep(tokens, pos []int) *step[F] {
+	c := m.W.Cfg
+	T, D, Q, KV, I := len(tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	s := &step[F]{x: make([]F, T*D), h: make([]F, T*D), q: make([]F, T*Q), k: make([]F, T*KV), v: make([]F, T*KV),
+		attn: make([]F, T*Q), g: make([]F, T*I), u: make([]F, T*I), rope: ops.NewRopeTable[F](m.invFreq, pos)}
+	for t, tok := range tokens {
+		copy(s.x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
+	}
+	return s
+}
+
+// cachedForward runs every layer over the rows of s, with attend filling
+// s.attn for layer l once s.k and s.v hold the new keys and values. It leaves
+// the final normed hidden states in out.
+func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, attend func(l int)) {
+	c := m.W.Cfg
+	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	inv := make([]F, T)
+	var lu []F
+	if ad != nil {
+		lu = make([]F, T*ad.Cfg.Rank)
+	}
+	sc := scaleOf(ad)
+	for l := 0; l < c.Layers; l++ {
+		w := &m.W.Layers[l]
+		ops.RMSNorm(s.h, inv, s.x, w.AttnNorm, T, D, c.RMSEps)
+		linear(s.q, s.h, T, D, Q, w.Wq, w.Bq, pairOf(ad, l, lora.Q), sc, lu)
+		linear(s.k, s.h, T, D, KV, w.Wk, w.Bk, pairOf(ad, l, lora.K), sc, lu)
+		linear(s.v, s.h, T, D, KV, w.Wv, w.Bv, pairOf(ad, l, lora.V), sc, lu)
+		if c.QKNorm {
+			ops.HeadNorm(s.q, s.attn, make([]F, T*c.Heads), w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
+			ops.HeadNorm(s.k, s.attn, make([]F, T*c.KVHeads), w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
+		}
+		s.rope.Rope(s.q, T, c.Heads)
+		s.rope.Rope(s.k, T, c.KVHeads)
+		attend(l)
+		o := s.h // the normed input is dead now; reuse it for o_proj
+		linear(o, s.attn, T, Q, D, w.Wo, w.Bo, pairOf(ad, l, lora.O), sc, lu)
+		for i := range o {
+			s.x[i] += o[i]
+		}
+		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
+		linear(s.g, s.h, T, D, I, w.Wg, nil, pairOf(ad, l, lora.Gate), sc, lu)
+		linear(s.u, s.h, T, D, I, w.Wu, nil, pairOf(ad, l, lora.Up), sc, lu)
+		ops.SwiGLU(s.g, s.g, s.u)
+		linear(s.h, s.g, T, I, D, w.Wd, nil, pairOf(ad, l, lora.Down), sc, lu)
+		for i := range s.h {
+			s.x[i] += s.h[i]
+		}
+	}
+	ops.RMSNorm(out, inv, s.x, m.W.Norm, T, D, c.RMSEps)
+}
+
+func (m *Model[F]) extendChunk(ad *lora.Adapter[F], c *Cache[F], tokens []int, out []F) {
+	cfg := m.W.Cfg
+	T, KV := len(tokens), cfg.KVDim()
+	pos := make([]int, T)
+	for i := range pos {
+		pos[i] = c.n + i
+	}
+	s := m.newStep(tokens, pos)
+	lse := make([]F, T*cfg.Heads)
+	m.cachedForward(ad, s, out, func(l int) {
+		c.k[l] = append(c.k[l], s.k...)
+		c.v[l] = append(c.v[l], s.v...)
+		S := len(c.k[l]) / KV
+		ops.Attention(s.attn, lse, s.q, c.k[l], c.v[l], T, S, cfg.Heads, cfg.KVHeads, cfg.HeadDim)
+	})
+	c.n += T
+}
+
+// Decode appends one token to each cache (one sequence each, all distinct)
+// and returns the final hidden states [len(caches), D]: one batched pass, so
+// every weight is read once for the whole batch.
+func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int) ([]F, error) {
+	cfg := m.W.Cfg
+	B, KV, hd := len(caches), cfg.KVDim(), cfg.HeadDim
+	pos := make([]int, B)
+	for b, c := range caches {
+		pos[b] = c.Len()
+		if pos[b]+1 > cfg.MaxPos {
+			return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, pos[b]+1, cfg.MaxPos)
+		}
+		if t := tokens[b]; t < 0 || t >= cfg.Vocab {
+			return nil, fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, t, cfg.Vocab)
+		}
+	}
+	s := m.newStep(tokens, pos)
+	out := make([]F, B*cfg.Hidden)
+	m.cachedForward(ad, s, out, func(l int) {
+		for b, c := range caches {
+			c.k[l] = append(c.k[l], s.k[b*KV:(b+1)*KV]...)
+			c.v[l] = append(c.v[l], s.v[b*KV:(b+1)*KV]...)
+		}
+		group := cfg.Heads / cfg.KVHeads
+		scale := 1 / math.Sqrt(float64(hd))
+		par.For(B*cfg.Heads, 4, func(lo, hi int) {
+			var scores []float64
+			for i := lo; i < hi; i++ {
+				b, h := i/cfg.Heads, i%cfg.Heads
+				scores = decodeAttention(scores, s.attn[(b*cfg.Heads+h)*hd:(b*cfg.Heads+h+1)*hd],
+					s.q[(b*cfg.Heads+h)*hd:(b*cfg.Heads+h+1)*hd], caches[b], l, (h/group)*hd, KV, scale)
+			}
+		})
+	})
+	for _, c := range caches {
+		c.n++
+	}
+	return out, nil
+}
+
+// decodeAttention attends one query head to every cached position of one
+// sequence (prefix segments first), writing out [hd]. scores is scratch.
+func decodeAttention[F gemm.Float](scores []float64, out, q []F, c *Cache[F], l, off, KV int, scale float64) []float64 {
+	var segs []*Cache[F]
+	for s := c; s != nil; s = s.prefix {
+		segs = append(segs, s)
+	}
+	scores = scores[:0]
+	mx := math.Inf(-1)
+	for i := len(segs) - 1; i >= 0; i-- {
+		k := segs[i].k[l]
+		for p := 0; p < len(k)/KV; p++ {
+			kr := k[p*KV+off : p*KV+off+len(q)]
+			var d float64
+			for j, qv := range q {
+				d += float64(qv) * float64(kr[j])
+			}
+			d *= scale
+			scores = append(scores, d)
+			mx = max(mx, d)
+		}
+	}
+	var z float64
+	for i, sc := range scores {
+		scores[i] = math.Exp(sc - mx)
+		z += scores[i]
+	}
+	clear(out)
+	n := 0
+	for i := len(segs) - 1; i >= 0; i-- {
+		v := segs[i].v[l]
+		for p := 0; p < len(v)/KV; p++ {
+			w := F(scores[n] / z)
+			n++
+			vr := v[p*KV+off : p*KV+off+len(out)]
+			for j := range out {
+				out[j] += w * vr[j]
+			}
+		}
+	}
+	return scores
+}

@@ -1,0 +1,107 @@
+package transformer
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/rng"
+)
+
+func fixture(t *testing.T, preset string) (*Model[float32], *lora.Adapter[float32]) {
+	t.Helper()
+	w, err := model.Random(model.Presets[preset], 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := lora.Config{Rank: 4, Alpha: 8, Seed: 1}
+	cfg.Targets(true, true, true)
+	ad, _ := lora.New(w.Cfg, cfg)
+	r := rng.New(2)
+	for _, p := range ad.Params() {
+		if !p.IsA {
+			for i := range p.Data {
+				p.Data[i] = float32(r.Uniform(-0.1, 0.1))
+			}
+		}
+	}
+	return New(w), ad
+}
+
+func randTokens(r *rng.Source, n, vocab int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = int(r.Uint64() % uint64(vocab))
+	}
+	return s
+}
+
+func near(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > tol*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("%s[%d] = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// Prefill in chunks, and decoding one token at a time on forked caches, must
+// give the hidden states the training forward pass gives.
+func TestCachedDecodingMatchesForward(t *testing.T) {
+	for _, preset := range []string{"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3"} {
+		m, ad := fixture(t, preset)
+		D := m.Cfg().Hidden
+		r := rng.New(4)
+		seqA := randTokens(r, 300, m.Cfg().Vocab)[:100] // longer than nothing, shorter than context
+		seqB := append(append([]int(nil), seqA[:60]...), randTokens(r, 40, m.Cfg().Vocab)...)
+		full, err := m.Forward(ad, Pack([][]int{seqA, seqB}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Shared 60-token prompt, then two continuations decoded in one batch.
+		root := m.NewCache()
+		h, err := m.Extend(ad, root, seqA[:60])
+		if err != nil {
+			t.Fatal(err)
+		}
+		near(t, preset+" prefill", h, full.Hidden[:60*D], 1e-4)
+		caches := []*Cache[float32]{root.Fork(), root.Fork()}
+		for p := 60; p < 100; p++ {
+			out, err := m.Decode(ad, caches, []int{seqA[p], seqB[p]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			near(t, preset+" decode A", out[:D], full.Hidden[p*D:(p+1)*D], 1e-4)
+			near(t, preset+" decode B", out[D:], full.Hidden[(100+p)*D:(101+p)*D], 1e-4)
+		}
+	}
+}
+
+func TestBadTokensAndLength(t *testing.T) {
+	m, ad := fixture(t, "tiny")
+	if _, err := m.Forward(ad, Pack([][]int{{1, 96}})); !errors.Is(err, kerr.ErrTokenRange) {
+		t.Fatalf("vocab: %v", err)
+	}
+	if _, err := m.Forward(ad, Pack([][]int{make([]int, 129)})); !errors.Is(err, kerr.ErrTooLong) {
+		t.Fatalf("length: %v", err)
+	}
+	c := m.NewCache()
+	if _, err := m.Extend(ad, c, []int{-1}); !errors.Is(err, kerr.ErrTokenRange) {
+		t.Fatalf("extend: %v", err)
+	}
+}
+
+// The adapter at initialisation (B = 0) must leave the base model unchanged.
+func TestFreshAdapterIsIdentity(t *testing.T) {
+	m, _ := fixture(t, "tiny-qwen3")
+	cfg := lora.Config{Rank: 4, Alpha: 8, Seed: 1}
+	cfg.Targets(true, true, true)
+	fresh, _ := lora.New(m.Cfg(), cfg)
+	seq := randTokens(rng.New(1), 20, m.Cfg().Vocab)
+	a, _ := m.Forward(nil, Pack([][]int{seq}))
+	b, _ := m.Forward(fresh, Pack([][]int{seq}))
+	near(t, "fresh adapter", b.Hidden, a.Hidden, 0)
+}
