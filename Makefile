@@ -20,3 +20,9 @@ fmt:
 
 bench-gemm:
 	$(GO) test ./kernels/gemm/ -run XXX -bench . -benchtime 2s
+
+# Regenerates the PyTorch golden files (needs Debian's python3-torch and
+# python3-numpy; CI only reads the committed files).
+golden:
+	$(GO) build -o bin/wts ./cmd/wts
+	python3 kernels/golden/gen_golden.py --wts bin/wts

@@ -25,7 +25,7 @@ var Presets = map[string]Config{
 	"tiny-qwen3": {ModelType: "qwen3", Vocab: 96, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 1,
 		HeadDim: 16, MaxPos: 128, RMSEps: 1e-6, RopeTheta: 1e6, QKNorm: true, TieEmbed: true, BOS: 1, EOS: 2},
 	"tiny-llama3": {ModelType: "llama", Vocab: 96, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 1,
-		HeadDim: 8, MaxPos: 512, RMSEps: 1e-5, RopeTheta: 500000, TieEmbed: true, BOS: 1, EOS: 2,
+		HeadDim: 16, MaxPos: 512, RMSEps: 1e-5, RopeTheta: 500000, TieEmbed: true, BOS: 1, EOS: 2,
 		RopeScaling: &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPosition: 64}},
 	"small": {ModelType: "llama", Vocab: 8192, Hidden: 512, Intermediate: 1280, Layers: 8, Heads: 8, KVHeads: 4,
 		HeadDim: 64, MaxPos: 4096, RMSEps: 1e-5, RopeTheta: 10000, TieEmbed: true, BOS: 1, EOS: 2},

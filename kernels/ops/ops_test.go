@@ -184,3 +184,26 @@ func TestLogSumExpStable(t *testing.T) {
 		t.Fatalf("lse %v", l)
 	}
 }
+
+// tiny-llama3 must put a frequency in each of Llama-3's three bands (kept,
+// slowed, blended), or the golden test would not cover the blend.
+func TestTinyLlama3CoversAllBands(t *testing.T) {
+	cfg := model.Presets["tiny-llama3"]
+	scaled := InvFreq(cfg)
+	cfg.RopeScaling = nil
+	plain := InvFreq(cfg)
+	var kept, slowed, blended int
+	for i := range plain {
+		switch r := plain[i] / scaled[i]; {
+		case math.Abs(r-1) < 1e-6:
+			kept++
+		case math.Abs(r-8) < 1e-4:
+			slowed++
+		default:
+			blended++
+		}
+	}
+	if kept == 0 || slowed == 0 || blended == 0 {
+		t.Fatalf("bands kept %d slowed %d blended %d", kept, slowed, blended)
+	}
+}

@@ -30,23 +30,23 @@ const (
 
 // Sequence is one generated continuation.
 type Sequence struct {
-	Tokens     []int
-	Logprobs   []float64 // of each token in Tokens, under the model
-	StopReason string
+	Tokens     []int     `json:"tokens"`
+	Logprobs   []float64 `json:"logprobs"` // of each token in Tokens, under the model
+	StopReason string    `json:"stop_reason"`
 }
 
 // TokenLogprob is one entry of a top-k list.
 type TokenLogprob struct {
-	Token   int
-	Logprob float64
+	Token   int     `json:"token"`
+	Logprob float64 `json:"logprob"`
 }
 
 // Result is a sample call's output. Prompt logprobs have one entry per prompt
 // token; entry 0 is nil because nothing predicts the first token.
 type Result struct {
-	Sequences          []Sequence
-	PromptLogprobs     []*float64
-	TopKPromptLogprobs [][]TokenLogprob
+	Sequences          []Sequence       `json:"sequences"`
+	PromptLogprobs     []*float64       `json:"prompt_logprobs,omitempty"`
+	TopKPromptLogprobs [][]TokenLogprob `json:"topk_prompt_logprobs,omitempty"`
 }
 
 // Validate checks a request against the API's limits and the model.

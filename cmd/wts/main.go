@@ -1,0 +1,34 @@
+// Command wts is the service's single binary. Subcommands:
+//
+//	wts model init --preset NAME --seed S --out DIR [--dtype F32|BF16|F16]
+//	wts model info DIR
+//	wts sample --model DIR --prompt 1,2,3 [--max-tokens N --temperature T ...]
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+)
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "wts:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: wts <model|sample> ...")
+	}
+	switch args[0] {
+	case "model":
+		return modelCmd(args[1:])
+	case "sample":
+		return sampleCmd(args[1:])
+	default:
+		return fmt.Errorf("unknown command %q (want model or sample)", args[0])
+	}
+}
