@@ -142,3 +142,27 @@ func BenchmarkGemv(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGemvCold streams a model-sized set of [n,k] weights (far larger
+// than the caches) one GEMV each, as a decode step does.
+func BenchmarkGemvCold(b *testing.B) {
+	for _, s := range [][2]int{{512, 512}, {1280, 512}, {1024, 1024}, {3072, 1024}} {
+		n, k := s[0], s[1]
+		b.Run(fmt.Sprintf("%dx%d", n, k), func(b *testing.B) {
+			count := (256 << 20) / (4 * n * k)
+			r := rng.New(1)
+			ws := make([][]float32, count)
+			for i := range ws {
+				ws[i] = randSlice(r, n*k)
+			}
+			x, c := randSlice(r, k), make([]float32, n)
+			b.SetBytes(int64(4 * n * k * count))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, w := range ws {
+					Sgemm(false, true, 1, n, k, 1, x, k, w, k, 0, c, n)
+				}
+			}
+		})
+	}
+}

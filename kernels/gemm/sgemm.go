@@ -18,9 +18,9 @@ const (
 )
 
 // smallM is the row count below which op(B) is read in place instead of
-// packed: for decode-time GEMV the weight is read once either way, and packing
-// it would triple the memory traffic.
-const smallM = 8
+// packed: in decoding (one row per sequence, up to a few dozen sequences) the
+// weight is read once either way, and packing it would triple the traffic.
+const smallM = 32
 
 var packPool = sync.Pool{New: func() any { return new([]float32) }}
 
@@ -121,24 +121,32 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 }
 
 // packA copies alpha·op(A)[i0:i0+mb, p0:p0+kb] into mr-row panels laid out
-// p-major (dst[panel][p][i]), zero-padding the last panel.
+// p-major (dst[panel][p][i]), zero-padding the last panel. Each layout gets
+// its own loop so the copy streams: packing is pure memory traffic and, done
+// element by element with branches, costs a fifth of a whole GEMM.
 func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []float32) {
 	for ir := 0; ir < mb; ir += mr {
 		panel := dst[ir*kb : ir*kb+mr*kb]
 		rows := min(mr, mb-ir)
-		for p := 0; p < kb; p++ {
-			out := panel[p*mr : p*mr+mr]
-			for i := 0; i < rows; i++ {
-				var v float32
-				if ta {
-					v = a[(p0+p)*lda+i0+ir+i]
-				} else {
-					v = a[(i0+ir+i)*lda+p0+p]
-				}
-				out[i] = alpha * v
+		if rows < mr {
+			clear(panel)
+		}
+		if ta { // op(A) row i is column i of a: mr contiguous values per p
+			for p := 0; p < kb; p++ {
+				src := a[(p0+p)*lda+i0+ir : (p0+p)*lda+i0+ir+rows]
+				copy(panel[p*mr:p*mr+rows], src)
 			}
-			for i := rows; i < mr; i++ {
-				out[i] = 0
+		} else {
+			for i := 0; i < rows; i++ {
+				src := a[(i0+ir+i)*lda+p0 : (i0+ir+i)*lda+p0+kb]
+				for p, v := range src {
+					panel[p*mr+i] = v
+				}
+			}
+		}
+		if alpha != 1 {
+			for q := range panel {
+				panel[q] *= alpha
 			}
 		}
 	}
@@ -147,6 +155,7 @@ func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []f
 // packB copies op(B)[p0:p0+kb, j0:j0+nw] into one nr-column panel laid out
 // p-major (dst[p][j]), zero-padding missing columns.
 func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
+	dst = dst[:kb*nr]
 	if !tb {
 		for p := 0; p < kb; p++ {
 			out := dst[p*nr : p*nr+nr]
@@ -156,9 +165,19 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 		return
 	}
 	if nw < nr {
-		clear(dst[:kb*nr])
+		clear(dst)
 	}
-	for j := 0; j < nw; j++ {
+	// Four source rows at a time: four read streams, one pass over dst.
+	j := 0
+	for ; j+4 <= nw; j += 4 {
+		base := (j0+j)*ldb + p0
+		s0, s1, s2, s3 := b[base:base+kb], b[base+ldb:base+ldb+kb], b[base+2*ldb:base+2*ldb+kb], b[base+3*ldb:base+3*ldb+kb]
+		for p := 0; p < kb; p++ {
+			o := dst[p*nr+j : p*nr+j+4]
+			o[0], o[1], o[2], o[3] = s0[p], s1[p], s2[p], s3[p]
+		}
+	}
+	for ; j < nw; j++ {
 		src := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+kb]
 		for p, v := range src {
 			dst[p*nr+j] = v

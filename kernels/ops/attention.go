@@ -34,9 +34,7 @@ func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int) {
 // masked tail, and returns the log-sum-exp of the valid scores.
 func softmaxCausal[F Float](row []F, valid int) float64 {
 	l := LogSumExp(row[:valid])
-	for s := 0; s < valid; s++ {
-		row[s] = F(math.Exp(float64(row[s]) - l))
-	}
+	ExpShifted(row[:valid], l)
 	clear(row[valid:])
 	return l
 }
@@ -54,10 +52,8 @@ func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, H
 			for h := g * group; h < (g+1)*group; h++ {
 				gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*hd:], KV, 0, p, S)
 				for t := 0; t < T; t++ {
-					row, valid, l := p[t*S:(t+1)*S], S-T+t+1, float64(lse[h*T+t])
-					for s := 0; s < valid; s++ {
-						row[s] = F(math.Exp(float64(row[s]) - l))
-					}
+					row, valid := p[t*S:(t+1)*S], S-T+t+1
+					ExpShifted(row[:valid], float64(lse[h*T+t]))
 					clear(row[valid:])
 				}
 				// dv += Pᵀ·dout; dP = dout·vᵀ

@@ -63,11 +63,32 @@ func HeadNorm[F Float](x, pre, inv, w []F, T, H, hd int, eps float64) {
 	RMSNorm(x, inv, pre, w, T*H, hd, eps)
 }
 
-// SwiGLU: a = silu(g) ⊙ u. g, u, a: [T, I] flattened to n values.
+// vecChunk is the stack scratch of the elementwise kernels below: exp runs
+// over a chunk at a time (vectorised), then plain loops finish the formula.
+const vecChunk = 256
+
+// sigmoidChunk sets s[i] = 1/(1+e^(−g[i])) for len(g) <= vecChunk.
+func sigmoidChunk[F Float](s, g []F) {
+	for i, v := range g {
+		s[i] = -v
+	}
+	ExpSlice(s, s)
+	for i := range g {
+		s[i] = 1 / (1 + s[i])
+	}
+}
+
+// SwiGLU: a = silu(g) ⊙ u = g·sigmoid(g)·u. g, u, a: [T, I] flattened; a
+// may alias g.
 func SwiGLU[F Float](a, g, u []F) {
 	par.For(len(a), 4096, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			a[i] = silu(g[i]) * u[i]
+		var s [vecChunk]F
+		for c := lo; c < hi; c += vecChunk {
+			e := min(c+vecChunk, hi)
+			sigmoidChunk(s[:e-c], g[c:e])
+			for i := c; i < e; i++ {
+				a[i] = g[i] * s[i-c] * u[i]
+			}
 		}
 	})
 }
@@ -75,27 +96,50 @@ func SwiGLU[F Float](a, g, u []F) {
 // SwiGLUBackward adds into dg and du given da.
 func SwiGLUBackward[F Float](dg, du, da, g, u []F) {
 	par.For(len(da), 4096, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			s := sigmoid(g[i])
-			du[i] += da[i] * g[i] * s
-			dg[i] += da[i] * u[i] * s * (1 + g[i]*(1-s))
+		var sb [vecChunk]F
+		for c := lo; c < hi; c += vecChunk {
+			e := min(c+vecChunk, hi)
+			sigmoidChunk(sb[:e-c], g[c:e])
+			for i := c; i < e; i++ {
+				s := sb[i-c]
+				du[i] += da[i] * g[i] * s
+				dg[i] += da[i] * u[i] * s * (1 + g[i]*(1-s))
+			}
 		}
 	})
 }
 
-func sigmoid[F Float](x F) F { return F(1 / (1 + math.Exp(-float64(x)))) }
-
-func silu[F Float](x F) F { return x * sigmoid(x) }
-
 // LogSumExp of a row, stable: max + log Σ exp(x − max), summed in float64.
 func LogSumExp[F Float](row []F) float64 {
-	mx := float64(row[0])
+	mx := row[0]
 	for _, v := range row[1:] {
-		mx = max(mx, float64(v))
+		mx = max(mx, v)
 	}
+	if math.IsInf(float64(mx), 0) || mx != mx {
+		return float64(mx)
+	}
+	var buf [vecChunk]F
 	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
+	for c := 0; c < len(row); c += vecChunk {
+		chunk := row[c:min(c+vecChunk, len(row))]
+		b := buf[:len(chunk)]
+		for i, v := range chunk {
+			b[i] = v - mx
+		}
+		ExpSlice(b, b)
+		for _, e := range b {
+			s += float64(e)
+		}
 	}
-	return mx + math.Log(s)
+	return float64(mx) + math.Log(s)
+}
+
+// ExpShifted sets row[i] = e^(row[i] − shift) in place: probabilities from
+// logits and their log-sum-exp.
+func ExpShifted[F Float](row []F, shift float64) {
+	sh := F(shift)
+	for i := range row {
+		row[i] -= sh
+	}
+	ExpSlice(row, row)
 }

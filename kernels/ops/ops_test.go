@@ -207,3 +207,45 @@ func TestTinyLlama3CoversAllBands(t *testing.T) {
 		t.Fatalf("bands kept %d slowed %d blended %d", kept, slowed, blended)
 	}
 }
+
+// ExpSlice (the AVX2 body and the scalar tail) against math.Exp over the
+// whole float32 range, in ulps, plus the edges.
+func TestExpSlice(t *testing.T) {
+	var xs []float32
+	for x := float32(-87.3); x < 88.7; x += 0.0013 {
+		xs = append(xs, x)
+	}
+	xs = append(xs, 0, -1000, 100, float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), -87.4, 88.8)
+	got := make([]float32, len(xs))
+	ExpSlice(got, xs)
+	worst := 0.0
+	for i, x := range xs[:len(xs)-8] {
+		want := math.Exp(float64(x))
+		ulp := float64(math.Nextafter32(float32(want), float32(math.Inf(1)))) - float64(float32(want))
+		if e := math.Abs(float64(got[i])-want) / ulp; e > worst {
+			worst = e
+		}
+		if s := exp32(x); math.Abs(float64(s)-want)/ulp > 3 {
+			t.Fatalf("scalar exp32(%v) = %v, want %v", x, s, want)
+		}
+	}
+	if worst > 3 {
+		t.Fatalf("ExpSlice error up to %.2f ulp", worst)
+	}
+	e := got[len(got)-8:]
+	if e[0] != 1 || e[1] != 0 || !math.IsInf(float64(e[2]), 1) || e[3] == e[3] || e[4] != 0 || !math.IsInf(float64(e[5]), 1) || e[6] != 0 || !math.IsInf(float64(e[7]), 1) {
+		t.Fatalf("edges: %v", e)
+	}
+}
+
+func BenchmarkExpSlice(b *testing.B) {
+	xs := make([]float32, 4096)
+	for i := range xs {
+		xs[i] = float32(i)/4096*20 - 10
+	}
+	out := make([]float32, len(xs))
+	b.SetBytes(4 * 4096)
+	for i := 0; i < b.N; i++ {
+		ExpSlice(out, xs)
+	}
+}

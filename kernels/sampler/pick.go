@@ -1,7 +1,6 @@
 package sampler
 
 import (
-	"math"
 	"sort"
 
 	"github.com/wts-project/wts/kernels/ops"
@@ -62,12 +61,21 @@ func distribution(row []float32, p *Params, buf []candidate) []candidate {
 	for _, v := range row {
 		mx = max(mx, float64(v))
 	}
-	// Probabilities relative to the top token's: exp((z - zmax)/T) ∈ (0, 1].
+	// Probabilities relative to the top token's: exp((z - zmax)/T) ∈ (0, 1],
+	// computed a chunk at a time with the vectorised exp.
 	cands := buf[:0]
-	for i, v := range row {
-		q := math.Exp((float64(v) - mx) * inv)
-		if q >= p.MinP { // min_p: p_i >= min_p · p_max, with p_max = 1 here
-			cands = append(cands, candidate{i, q})
+	var q [256]float32
+	for c := 0; c < len(row); c += len(q) {
+		chunk := row[c:min(c+len(q), len(row))]
+		qs := q[:len(chunk)]
+		for i, v := range chunk {
+			qs[i] = float32((float64(v) - mx) * inv)
+		}
+		ops.ExpSlice(qs, qs)
+		for i, e := range qs {
+			if float64(e) >= p.MinP { // min_p: p_i >= min_p · p_max, with p_max = 1 here
+				cands = append(cands, candidate{c + i, float64(e)})
+			}
 		}
 	}
 	k := p.TopK

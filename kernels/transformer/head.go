@@ -1,8 +1,6 @@
 package transformer
 
 import (
-	"math"
-
 	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/ops"
@@ -34,9 +32,10 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			gp = grads.LMHead
 		}
 	}
-	logits := make([]F, headChunk*V)
-	u := make([]F, headChunk*max(r, 1))
-	want := make([]bool, headChunk)
+	rows := min(T, headChunk)
+	logits := make([]F, rows*V)
+	u := make([]F, rows*max(r, 1))
+	want := make([]bool, rows)
 	for t0 := 0; t0 < T; t0 += headChunk {
 		n := min(headChunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
@@ -76,8 +75,10 @@ func LogprobGrad[F gemm.Float](row []F, target int, grad func(logp float64) floa
 	lse := ops.LogSumExp(row)
 	logp := float64(row[target]) - lse
 	g := grad(logp)
-	for j, v := range row {
-		row[j] = F(-g * math.Exp(float64(v)-lse))
+	ops.ExpShifted(row, lse)
+	ng := F(-g)
+	for j := range row {
+		row[j] *= ng
 	}
 	row[target] += F(g)
 	return logp

@@ -1,0 +1,145 @@
+// Command enginebench measures the compute engine on a generated model:
+// LoRA forward_backward tokens/s, single-stream decode tokens/s against the
+// memory-bandwidth bound, and batched decode throughput. bench/run_engine.sh
+// runs it beside the PyTorch peer (bench/torch_train.py) on the same model.
+//
+//	go run ./bench/enginebench --model DIR [--batch 4 --seq 128 --rank 16 --iters 5]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"time"
+
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/loss"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/rng"
+	"github.com/wts-project/wts/kernels/sampler"
+	"github.com/wts-project/wts/kernels/train"
+	"github.com/wts-project/wts/kernels/transformer"
+)
+
+type report struct {
+	Engine          string  `json:"engine"`
+	Model           string  `json:"model"`
+	Threads         int     `json:"threads"`
+	Tokens          int     `json:"tokens_per_step"`
+	FwdBwdTokPerS   float64 `json:"fwd_bwd_tokens_per_s"`
+	DecodeTokPerS   float64 `json:"decode_tokens_per_s,omitempty"`
+	BoundTokPerS    float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
+	Batch16TokPerS  float64 `json:"decode_batch16_tokens_per_s,omitempty"`
+	WeightBytes     int64   `json:"weight_bytes_per_token,omitempty"`
+	BandwidthGBps   float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
+}
+
+func main() {
+	dir := flag.String("model", "", "HF model folder (wts model init)")
+	batch := flag.Int("batch", 4, "sequences per forward_backward")
+	seq := flag.Int("seq", 128, "tokens per sequence")
+	rank := flag.Int("rank", 16, "LoRA rank (all attention and MLP projections)")
+	iters := flag.Int("iters", 5, "timed iterations (median reported)")
+	decode := flag.Int("decode", 64, "tokens to decode in the sampling runs (0 skips them)")
+	profile := flag.String("cpuprofile", "", "write a CPU profile here")
+	skipTrain := flag.Bool("decode-only", false, "skip the forward_backward run")
+	batched := flag.Bool("batched", true, "also run the 16-sequence decode")
+	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if *dir == "" {
+		fmt.Fprintln(os.Stderr, "enginebench: --model is required")
+		os.Exit(2)
+	}
+	w, err := model.Load(*dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cfg := lora.Config{Rank: *rank, Alpha: 32, Seed: 1}
+	cfg.Targets(true, true, false)
+	ad, _ := lora.New(w.Cfg, cfg)
+	m := transformer.New(w)
+	tr := train.NewTrainer(m, ad)
+	r := rng.New(1)
+	var data []train.Datum
+	for i := 0; i < *batch; i++ {
+		toks := make([]int, *seq+1)
+		for j := range toks {
+			toks[j] = int(r.Uint64() % uint64(w.Cfg.Vocab))
+		}
+		data = append(data, train.Datum{ModelInput: toks[:*seq], Loss: loss.Inputs{TargetTokens: toks[1:]}})
+	}
+	rep := report{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq}
+	if !*skipTrain {
+		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
+			if _, err := tr.ForwardBackward(data, "cross_entropy", nil); err != nil {
+				panic(err)
+			}
+		})
+	}
+	if *decode > 0 {
+		prompt := data[0].ModelInput[:16]
+		run := func(n int) float64 {
+			secs := median(3, func() {
+				_, err := sampler.Sample(m, ad, sampler.Request{Prompt: prompt, NumSamples: n,
+					Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
+				if err != nil {
+					panic(err)
+				}
+			})
+			return float64(n * *decode) / secs
+		}
+		rep.DecodeTokPerS = run(1)
+		if *batched {
+			rep.Batch16TokPerS = run(16)
+		}
+		// Bytes of weights read per decoded token (LM head included, the
+		// embedding row lookup not), at float32.
+		rep.WeightBytes = 4 * int64(w.Cfg.ParamCount()-w.Cfg.Vocab*w.Cfg.Hidden+w.Cfg.Vocab*w.Cfg.Hidden)
+		if !w.Cfg.TieEmbed {
+			rep.WeightBytes -= 4 * int64(w.Cfg.Vocab*w.Cfg.Hidden)
+		}
+		rep.BandwidthGBps = streamBandwidth()
+		rep.BoundTokPerS = rep.BandwidthGBps * 1e9 / float64(rep.WeightBytes)
+	}
+	out, _ := json.MarshalIndent(rep, "", "  ")
+	fmt.Println(string(out))
+}
+
+func median(n int, f func()) float64 {
+	f() // warm-up: page faults, pools
+	ts := make([]float64, n)
+	for i := range ts {
+		t0 := time.Now()
+		f()
+		ts[i] = time.Since(t0).Seconds()
+	}
+	sort.Float64s(ts)
+	return ts[n/2]
+}
+
+// streamBandwidth measures read bandwidth over a buffer far larger than the
+// caches, with all cores summing their share, as a decode step reads weights.
+func streamBandwidth() float64 {
+	buf := make([]float32, 256<<20/4)
+	for i := range buf {
+		buf[i] = 1
+	}
+	x := make([]float32, 4096)
+	secs := median(5, func() {
+		benchSum(buf, x)
+	})
+	return float64(len(buf)*4) / secs / 1e9
+}

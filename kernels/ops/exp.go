@@ -1,0 +1,50 @@
+package ops
+
+import "math"
+
+// ExpSlice sets dst[i] = e^src[i] (dst may be src). Softmax, log-sum-exp
+// and the SwiGLU sigmoid spend most of their time here, so float32 runs eight
+// lanes at a time (AVX2) through exp32's algorithm; the float64 reference
+// path keeps math.Exp.
+func ExpSlice[F Float](dst, src []F) {
+	if d, ok := any(dst).([]float32); ok {
+		exp32Slice(d, any(src).([]float32))
+		return
+	}
+	for i, x := range src[:len(dst)] {
+		dst[i] = F(math.Exp(float64(x)))
+	}
+}
+
+// exp32 is e^x for float32 within 3 ulp (Horner in float32 rounds at each step): x = n·ln2 + r with |r| ≤ ln2/2
+// (ln2 split in two for an exact product), e^r by its degree-6 Taylor
+// polynomial, and 2^n put straight into the exponent bits. Results below
+// float32's normal range flush to zero, which softmax never notices.
+func exp32(x float32) float32 {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+	)
+	if x > 88.72283 {
+		return float32(math.Inf(1))
+	}
+	if x < -87.33654 || x != x {
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	fn := x*log2e + 0.5
+	n := int32(fn)
+	if fn < 0 {
+		n-- // floor for negatives
+	}
+	nf := float32(n)
+	r := x - nf*ln2hi - nf*ln2lo
+	p := 1 + r*(1+r*(0.5+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
+	if n < -126 { // p·2^n is subnormal-adjacent: scale in two steps
+		return p * math.Float32frombits(uint32(n+127+64)<<23) * math.Float32frombits(uint32(127-64)<<23)
+	}
+	return math.Float32frombits(math.Float32bits(p) + uint32(n)<<23)
+}
