@@ -26,16 +26,16 @@ import (
 )
 
 type report struct {
-	Engine          string  `json:"engine"`
-	Model           string  `json:"model"`
-	Threads         int     `json:"threads"`
-	Tokens          int     `json:"tokens_per_step"`
-	FwdBwdTokPerS   float64 `json:"fwd_bwd_tokens_per_s"`
-	DecodeTokPerS   float64 `json:"decode_tokens_per_s,omitempty"`
-	BoundTokPerS    float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
-	Batch16TokPerS  float64 `json:"decode_batch16_tokens_per_s,omitempty"`
-	WeightBytes     int64   `json:"weight_bytes_per_token,omitempty"`
-	BandwidthGBps   float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
+	Engine         string  `json:"engine"`
+	Model          string  `json:"model"`
+	Threads        int     `json:"threads"`
+	Tokens         int     `json:"tokens_per_step"`
+	FwdBwdTokPerS  float64 `json:"fwd_bwd_tokens_per_s"`
+	DecodeTokPerS  float64 `json:"decode_tokens_per_s,omitempty"`
+	BoundTokPerS   float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
+	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s,omitempty"`
+	WeightBytes    int64   `json:"weight_bytes_per_token,omitempty"`
+	BandwidthGBps  float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
 }
 
 func main() {
@@ -99,7 +99,7 @@ func main() {
 					panic(err)
 				}
 			})
-			return float64(n * *decode) / secs
+			return float64(n**decode) / secs
 		}
 		rep.DecodeTokPerS = run(1)
 		if *batched {
