@@ -146,7 +146,7 @@ func BenchmarkGemv(b *testing.B) {
 // BenchmarkGemvCold streams a model-sized set of [n,k] weights (far larger
 // than the caches) one GEMV each, as a decode step does.
 func BenchmarkGemvCold(b *testing.B) {
-	for _, s := range [][2]int{{512, 512}, {1280, 512}, {1024, 1024}, {3072, 1024}} {
+	for _, s := range [][2]int{{512, 512}, {1280, 512}, {8192, 512}, {1024, 1024}, {3072, 1024}} {
 		n, k := s[0], s[1]
 		b.Run(fmt.Sprintf("%dx%d", n, k), func(b *testing.B) {
 			count := (256 << 20) / (4 * n * k)
@@ -165,4 +165,16 @@ func BenchmarkGemvCold(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkKernel is the micro-kernel alone on cache-resident panels: the
+// ceiling the packed GEMM can approach on one core.
+func BenchmarkKernel(b *testing.B) {
+	r := rng.New(1)
+	const k = 256
+	a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
+	for i := 0; i < b.N; i++ {
+		kernel6x16(k, a, bp, c, nr)
+	}
+	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

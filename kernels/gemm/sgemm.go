@@ -56,10 +56,9 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
-	bufA := getBuf(mc * kc)
 	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
-	defer packPool.Put(bufA)
 	defer packPool.Put(bufB)
+	blocks := (m + mc - 1) / mc
 	for jc := 0; jc < n; jc += nc {
 		nb := min(nc, n-jc)
 		panels := (nb + nr - 1) / nr
@@ -71,34 +70,61 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 					packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
 				}
 			})
+			if blocks >= 2*par.Workers() {
+				// Many row blocks: each worker packs and multiplies its own,
+				// so packing A runs in parallel too.
+				loop(blocks, 1, func(lo, hi int) {
+					bufA := getBuf(mc * kc)
+					defer packPool.Put(bufA)
+					for blk := lo; blk < hi; blk++ {
+						ic := blk * mc
+						mb := min(mc, m-ic)
+						pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
+						packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
+						macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, 0, panels)
+					}
+				})
+				continue
+			}
+			// Few row blocks (a narrow A, as in LoRA's rank-r products): share
+			// each packed block and split the column panels.
+			bufA := getBuf(mc * kc)
 			for ic := 0; ic < m; ic += mc {
 				mb := min(mc, m-ic)
 				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
 				loop(panels, 4, func(lo, hi int) {
-					for q := lo; q < hi; q++ {
-						j0 := jc + q*nr
-						nw := min(nr, n-j0)
-						bp := pb[q*nr*kb : (q+1)*nr*kb]
-						for ir := 0; ir < mb; ir += mr {
-							mw := min(mr, mb-ir)
-							ap := pa[ir*kb : ir*kb+mr*kb]
-							cOff := (ic+ir)*ldc + j0
-							if mw == mr && nw == nr {
-								kernel6x16(kb, ap, bp, c[cOff:], ldc)
-								continue
-							}
-							var tile [mr * nr]float32
-							kernel6x16(kb, ap, bp, tile[:], nr)
-							for i := 0; i < mw; i++ {
-								row := c[cOff+i*ldc : cOff+i*ldc+nw]
-								for j := range row {
-									row[j] += tile[i*nr+j]
-								}
-							}
-						}
-					}
+					macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, lo, hi)
 				})
+			}
+			packPool.Put(bufA)
+		}
+	}
+}
+
+// macroKernel multiplies a packed A block (mb rows at ic) by packed B panels
+// [qlo, qhi) of the block at jc, adding into C. Edge tiles go through a
+// local tile so the micro-kernel always writes a full mr×nr.
+func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
+	for q := qlo; q < qhi; q++ {
+		j0 := jc + q*nr
+		nw := min(nr, n-j0)
+		bp := pb[q*nr*kb : (q+1)*nr*kb]
+		for ir := 0; ir < mb; ir += mr {
+			mw := min(mr, mb-ir)
+			ap := pa[ir*kb : ir*kb+mr*kb]
+			cOff := (ic+ir)*ldc + j0
+			if mw == mr && nw == nr {
+				kernel6x16(kb, ap, bp, c[cOff:], ldc)
+				continue
+			}
+			var tile [mr * nr]float32
+			kernel6x16(kb, ap, bp, tile[:], nr)
+			for i := 0; i < mw; i++ {
+				row := c[cOff+i*ldc : cOff+i*ldc+nw]
+				for j := range row {
+					row[j] += tile[i*nr+j]
+				}
 			}
 		}
 	}
@@ -131,12 +157,28 @@ func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []f
 		if rows < mr {
 			clear(panel)
 		}
-		if ta { // op(A) row i is column i of a: mr contiguous values per p
+		switch {
+		case ta && rows == mr: // op(A) row i is column i of a: six contiguous values per p
 			for p := 0; p < kb; p++ {
-				src := a[(p0+p)*lda+i0+ir : (p0+p)*lda+i0+ir+rows]
-				copy(panel[p*mr:p*mr+rows], src)
+				src := a[(p0+p)*lda+i0+ir : (p0+p)*lda+i0+ir+mr]
+				o := panel[p*mr : p*mr+mr]
+				o[0], o[1], o[2], o[3], o[4], o[5] = src[0], src[1], src[2], src[3], src[4], src[5]
 			}
-		} else {
+		case ta:
+			for p := 0; p < kb; p++ {
+				for i := 0; i < rows; i++ {
+					panel[p*mr+i] = a[(p0+p)*lda+i0+ir+i]
+				}
+			}
+		case rows == mr: // six row streams in, one sequential stream out
+			base := (i0+ir)*lda + p0
+			r0, r1, r2 := a[base:base+kb], a[base+lda:base+lda+kb], a[base+2*lda:base+2*lda+kb]
+			r3, r4, r5 := a[base+3*lda:base+3*lda+kb], a[base+4*lda:base+4*lda+kb], a[base+5*lda:base+5*lda+kb]
+			for p := 0; p < kb; p++ {
+				o := panel[p*mr : p*mr+mr]
+				o[0], o[1], o[2], o[3], o[4], o[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			}
+		default:
 			for i := 0; i < rows; i++ {
 				src := a[(i0+ir+i)*lda+p0 : (i0+ir+i)*lda+p0+kb]
 				for p, v := range src {

@@ -115,31 +115,37 @@ class Model:
         return y
 
     def forward(self, tokens):
+        """tokens: a list of ids [T] or a [B, T] tensor; logits [T, V] or [B, T, V]."""
         c, w = self.cfg, self.w
-        T, H, KV, hd, eps = len(tokens), c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
-        x = w["model.embed_tokens.weight"][torch.tensor(tokens)]
+        toks = torch.as_tensor(tokens)
+        single = toks.dim() == 1
+        if single:
+            toks = toks[None]
+        B, T = toks.shape
+        H, KV, hd, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+        x = w["model.embed_tokens.weight"][toks]
         pos = torch.arange(T).float()
         freqs = pos[:, None] @ self.inv[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
+        cos, sin = emb.cos()[None, :, None, :], emb.sin()[None, :, None, :]
         mask = torch.full((T, T), float("-inf")).triu(1)
         for l in range(c["num_hidden_layers"]):
             p = f"model.layers.{l}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-            q = self.lin(h, p + "self_attn.q_proj", lora_name(l, "q_proj")).view(T, H, hd)
-            k = self.lin(h, p + "self_attn.k_proj", lora_name(l, "k_proj")).view(T, KV, hd)
-            v = self.lin(h, p + "self_attn.v_proj", lora_name(l, "v_proj")).view(T, KV, hd)
+            q = self.lin(h, p + "self_attn.q_proj", lora_name(l, "q_proj")).view(B, T, H, hd)
+            k = self.lin(h, p + "self_attn.k_proj", lora_name(l, "k_proj")).view(B, T, KV, hd)
+            v = self.lin(h, p + "self_attn.v_proj", lora_name(l, "v_proj")).view(B, T, KV, hd)
             if c["model_type"] == "qwen3":
                 q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
                 k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-            q = q * cos[:, None, :] + rotate_half(q) * sin[:, None, :]
-            k = k * cos[:, None, :] + rotate_half(k) * sin[:, None, :]
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             rep = H // KV
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-            scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(hd) + mask
+            k = k.repeat_interleave(rep, dim=2)
+            v = v.repeat_interleave(rep, dim=2)
+            scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd) + mask
             probs = torch.softmax(scores, dim=-1)
-            attn = torch.einsum("hts,shd->thd", probs, v).reshape(T, H * hd)
+            attn = torch.einsum("bhts,bshd->bthd", probs, v).reshape(B, T, H * hd)
             x = x + self.lin(attn, p + "self_attn.o_proj", lora_name(l, "o_proj"))
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
             g = self.lin(h, p + "mlp.gate_proj", lora_name(l, "gate_proj"))
@@ -147,7 +153,8 @@ class Model:
             x = x + self.lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", lora_name(l, "down_proj"))
         h = rms_norm(x, w["model.norm.weight"], eps)
         head = "lm_head" if "lm_head.weight" in w else "model.embed_tokens"
-        return self.lin(h, head, "base_model.model.lm_head")
+        logits = self.lin(h, head, "base_model.model.lm_head")
+        return logits[0] if single else logits
 
 
 def token_losses(name, logp, d):

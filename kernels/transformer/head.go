@@ -7,10 +7,12 @@ import (
 	"github.com/wts-project/wts/kernels/par"
 )
 
-// headChunk is how many tokens' logits exist at once. A full [T, V] logits
-// matrix for a 150k vocabulary would be 600 KB a token; chunks keep the head
-// within a few tens of megabytes whatever T is.
-const headChunk = 32
+// headBudget bounds the logits held at once (values): a full [T, V] matrix
+// for a 150k vocabulary is 600 KB a token. Chunks are as tall as the budget
+// allows, because every chunk re-packs the whole LM-head weight: 64 MB gives
+// the small model's 8k vocabulary 2048-token chunks and Qwen3's 150k one
+// 110-token chunks.
+const headBudget = 16 << 20
 
 // RowFunc sees one token's logits row [V]. It may overwrite the row with
 // dL/dlogits and return true to have that gradient propagated; rows that
@@ -32,12 +34,13 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			gp = grads.LMHead
 		}
 	}
-	rows := min(T, headChunk)
+	chunk := max(1, headBudget/V)
+	rows := min(T, chunk)
 	logits := make([]F, rows*V)
 	u := make([]F, rows*max(r, 1))
 	want := make([]bool, rows)
-	for t0 := 0; t0 < T; t0 += headChunk {
-		n := min(headChunk, T-t0)
+	for t0 := 0; t0 < T; t0 += chunk {
+		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
 		linear(logits[:n*V], h, n, D, V, m.W.LMHead, nil, p, scaleOf(ad), u[:n*max(r, 1)])
 		par.For(n, 1, func(lo, hi int) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Engine benchmark, side by side with PyTorch on the same machine in the same
+# run (these machines are shared and noisy: compare ratios, not absolutes).
+# Generates the models it needs under ${DATA:-./data}/bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-./data}
+PRESETS=${PRESETS:-"small qwen3-0.6b"}
+go build -o bin/wts ./cmd/wts
+go build -o bin/enginebench ./bench/enginebench
+for p in $PRESETS; do
+  dir=$DATA/bench/$p
+  [ -f "$dir/config.json" ] || ./bin/wts model init --preset "$p" --seed 1 --out "$dir" >/dev/null
+  echo "== $p"
+  ./bin/enginebench --model "$dir" ${ENGINE_FLAGS:-}
+  if python3 -c 'import torch' 2>/dev/null; then
+    python3 bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-}
+  else
+    echo "(python3-torch not installed: apt-get install python3-torch for the PyTorch side)"
+  fi
+done
