@@ -1,18 +1,105 @@
 // Package par splits loops across the machine's cores. Kernels call it instead
 // of spawning goroutines themselves so that one rule decides how work is cut.
+//
+// Parallel regions in decoding are short (tens of microseconds: one small
+// matrix-vector product each) and come back to back, and waking a parked
+// goroutine costs about as much as the region itself. So the helpers are
+// persistent workers that spin for a moment after each task before parking,
+// and a caller that finds a worker busy (another run's work) does that chunk
+// itself rather than wait.
 package par
 
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
+
+// spinFor is how long an idle worker keeps polling before it parks.
+const spinFor = 50 * time.Microsecond
 
 // Workers is how many goroutines a parallel loop may use.
 func Workers() int { return runtime.GOMAXPROCS(0) }
 
+type worker struct {
+	busy   atomic.Bool   // claimed by a caller
+	seq    atomic.Uint64 // bumped when a task is posted
+	done   atomic.Uint64 // the seq of the last finished task
+	parked atomic.Bool
+	task   func()
+	wake   chan struct{} // capacity 1: a token wakes a parked worker
+}
+
+var (
+	poolOnce sync.Once
+	pool     []*worker
+)
+
+func workers() []*worker {
+	poolOnce.Do(func() {
+		n := runtime.GOMAXPROCS(0) - 1
+		for i := 0; i < n; i++ {
+			w := &worker{wake: make(chan struct{}, 1)}
+			pool = append(pool, w)
+			go w.run()
+		}
+	})
+	return pool
+}
+
+func (w *worker) run() {
+	var last uint64
+	for {
+		start := time.Now()
+		for i := 0; w.seq.Load() == last; i++ {
+			if i%256 != 255 {
+				continue
+			}
+			if time.Since(start) < spinFor {
+				runtime.Gosched()
+				continue
+			}
+			// Publish parked before the last look, so a poster either sees it
+			// and sends a token or has already bumped seq.
+			w.parked.Store(true)
+			if w.seq.Load() == last {
+				<-w.wake
+			}
+			w.parked.Store(false)
+			start = time.Now()
+		}
+		last = w.seq.Load()
+		w.task()
+		w.done.Store(last)
+	}
+}
+
+// post hands fn to a claimed worker and returns the seq to wait for.
+func (w *worker) post(fn func()) uint64 {
+	w.task = fn
+	s := w.seq.Add(1)
+	if w.parked.Load() {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	return s
+}
+
+// wait spins until the worker has finished task s, then releases it.
+func (w *worker) wait(s uint64) {
+	for i := 0; w.done.Load() != s; i++ {
+		if i%64 == 63 {
+			runtime.Gosched()
+		}
+	}
+	w.busy.Store(false)
+}
+
 // For runs fn over [0, n) in contiguous chunks, one per worker, and returns
-// when all are done. Loops shorter than minChunk per worker run inline, since
-// a goroutine hand-off costs about a microsecond.
+// when all are done. Loops shorter than minChunk per worker run inline.
 func For(n, minChunk int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -28,16 +115,36 @@ func For(n, minChunk int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
+	ws := workers()
 	chunk := (n + w - 1) / w
+	type posted struct {
+		w   *worker
+		seq uint64
+	}
+	var helpers [8]posted
+	used := helpers[:0]
+	var inline [][2]int
+	next := 0
 	for lo := chunk; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, hi)
+		claimed := false
+		for next < len(ws) && !claimed {
+			if ws[next].busy.CompareAndSwap(false, true) {
+				lo, hi := lo, hi
+				used = append(used, posted{ws[next], ws[next].post(func() { fn(lo, hi) })})
+				claimed = true
+			}
+			next++
+		}
+		if !claimed {
+			inline = append(inline, [2]int{lo, hi})
+		}
 	}
 	fn(0, min(chunk, n))
-	wg.Wait()
+	for _, r := range inline {
+		fn(r[0], r[1])
+	}
+	for _, p := range used {
+		p.w.wait(p.seq)
+	}
 }
