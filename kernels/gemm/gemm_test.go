@@ -60,7 +60,7 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 func TestSgemmMatchesRef(t *testing.T) {
 	r := rng.New(3)
 	shapes := [][3]int{{1, 1, 1}, {1, 37, 19}, {3, 5, 300}, {6, 16, 4}, {7, 17, 5}, {13, 33, 257}, {96, 64, 256},
-		{100, 50, 600}, {2, 300, 64}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
+		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
 	for _, s := range shapes {
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
@@ -96,6 +96,24 @@ func TestKernelsMatchPortable(t *testing.T) {
 		for i := range o1 {
 			if math.Abs(float64(o1[i]-o2[i])) > 1e-4 {
 				t.Fatalf("dot4 k=%d: %v vs %v", k, o1, o2)
+			}
+		}
+		x1 := randSlice(r, k)
+		var p1, p2 [8]float32
+		dot4x2(x, x1, w, k+2, &p1)
+		dot4x2Go(x, x1, w, k+2, &p2)
+		for i := range p1 {
+			if math.Abs(float64(p1[i]-p2[i])) > 1e-4 {
+				t.Fatalf("dot4x2 k=%d: %v vs %v", k, p1, p2)
+			}
+		}
+		y1, y2 := randSlice(r, k), make([]float32, k)
+		copy(y2, y1)
+		axpy(0.7, x, y1)
+		axpyGo(0.7, x, y2)
+		for i := range y1 {
+			if math.Abs(float64(y1[i]-y2[i])) > 1e-5 {
+				t.Fatalf("axpy k=%d", k)
 			}
 		}
 		if d1, d2 := dot(x, w[:k]), dotGo(x, w[:k]); math.Abs(float64(d1-d2)) > 1e-4 {

@@ -16,6 +16,44 @@ func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
 //go:noescape
 func dotAVX(k int, x, y *float32) float32
 
+//go:noescape
+func axpyAVX(n int, alpha float32, x, y *float32)
+
+func axpy(alpha float32, x, y []float32) {
+	n := len(x)
+	body := n &^ 7
+	if useAVX && body > 0 {
+		_ = y[n-1]
+		axpyAVX(body, alpha, &x[0], &y[0])
+	} else {
+		body = 0
+	}
+	for i := body; i < n; i++ {
+		y[i] += alpha * x[i]
+	}
+}
+
+//go:noescape
+func dot4x2AVX(k int, x0, x1, w *float32, ldw int, out *[8]float32)
+
+func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) {
+	k := len(x0)
+	body := k &^ 7
+	if !useAVX || body == 0 {
+		dot4x2Go(x0, x1, w, ldw, out)
+		return
+	}
+	_ = x1[k-1]
+	_ = w[3*ldw+k-1]
+	dot4x2AVX(body, &x0[0], &x1[0], &w[0], ldw, out)
+	for p := body; p < k; p++ { // the tail past the last multiple of 8
+		for t := 0; t < 4; t++ {
+			out[t] += x0[p] * w[t*ldw+p]
+			out[4+t] += x1[p] * w[t*ldw+p]
+		}
+	}
+}
+
 func kernel6x16(k int, a, b, c []float32, ldc int) {
 	if !useAVX || k == 0 {
 		kernel6x16Go(k, a, b, c, ldc)

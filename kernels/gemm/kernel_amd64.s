@@ -253,3 +253,88 @@ ddone:
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func dot4x2AVX(k int, x0, x1, w *float32, ldw int, out *[8]float32)
+// out[t] = x0·w_t and out[4+t] = x1·w_t for the four rows w_t = w + t·ldw.
+// k must be a multiple of 8 (the caller handles the tail).
+TEXT ·dot4x2AVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ x0+8(FP), SI
+	MOVQ x1+16(FP), BX
+	MOVQ w+24(FP), DI
+	MOVQ ldw+32(FP), R8
+	SHLQ $2, R8
+	LEAQ (DI)(R8*1), R9
+	LEAQ (R9)(R8*1), R10
+	LEAQ (R10)(R8*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+
+d42loop:
+	CMPQ AX, CX
+	JGE  d42reduce
+	VMOVUPS (SI)(AX*4), Y8
+	VMOVUPS (BX)(AX*4), Y9
+	VMOVUPS (DI)(AX*4), Y10
+	VMOVUPS (R9)(AX*4), Y11
+	VMOVUPS (R10)(AX*4), Y12
+	VMOVUPS (R11)(AX*4), Y13
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y10, Y9, Y4
+	VFMADD231PS Y11, Y9, Y5
+	VFMADD231PS Y12, Y9, Y6
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ $8, AX
+	JMP  d42loop
+
+d42reduce:
+	HSUM(Y0, X0)
+	HSUM(Y1, X1)
+	HSUM(Y2, X2)
+	HSUM(Y3, X3)
+	HSUM(Y4, X4)
+	HSUM(Y5, X5)
+	HSUM(Y6, X6)
+	HSUM(Y7, X7)
+	MOVQ out+40(FP), DX
+	VMOVSS X0, (DX)
+	VMOVSS X1, 4(DX)
+	VMOVSS X2, 8(DX)
+	VMOVSS X3, 12(DX)
+	VMOVSS X4, 16(DX)
+	VMOVSS X5, 20(DX)
+	VMOVSS X6, 24(DX)
+	VMOVSS X7, 28(DX)
+	VZEROUPPER
+	RET
+
+// func axpyAVX(n int, alpha float32, x, y *float32)  y += alpha·x, n a multiple of 8
+TEXT ·axpyAVX(SB), NOSPLIT, $0-32
+	MOVQ n+0(FP), CX
+	VBROADCASTSS alpha+8(FP), Y0
+	MOVQ x+16(FP), SI
+	MOVQ y+24(FP), DI
+	XORQ AX, AX
+
+axloop:
+	CMPQ AX, CX
+	JGE  axdone
+	VMOVUPS (DI)(AX*4), Y1
+	VFMADD231PS (SI)(AX*4), Y0, Y1
+	VMOVUPS Y1, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  axloop
+
+axdone:
+	VZEROUPPER
+	RET

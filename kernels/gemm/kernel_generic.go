@@ -50,3 +50,20 @@ func dot4Go(x, w []float32, ldw int, out *[4]float32) {
 		out[t] = dotGo(x, w[t*ldw:t*ldw+k])
 	}
 }
+
+// dot4x2Go computes the dot products of x0 and of x1 with four rows of w:
+// out[t] = x0·w_t, out[4+t] = x1·w_t.
+func dot4x2Go(x0, x1, w []float32, ldw int, out *[8]float32) {
+	k := len(x0)
+	for t := 0; t < 4; t++ {
+		out[t] = dotGo(x0, w[t*ldw:t*ldw+k])
+		out[4+t] = dotGo(x1, w[t*ldw:t*ldw+k])
+	}
+}
+
+func axpyGo(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}

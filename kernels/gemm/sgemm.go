@@ -56,6 +56,10 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
+	if m < smallM && !ta && !tb && n <= 4*nr {
+		rowAxpyGemm(m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
 	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
 	defer packPool.Put(bufB)
 	blocks := (m + mc - 1) / mc
@@ -227,6 +231,20 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 	}
 }
 
+// rowAxpyGemm serves few rows times a narrow row-major op(B) (decode
+// attention's probabilities times values): each output row gathers k scaled
+// rows of B, which stay in cache, with no packing.
+func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	for i := 0; i < m; i++ {
+		crow := c[i*ldc : i*ldc+n]
+		for p, av := range a[i*lda : i*lda+k] {
+			if av != 0 {
+				axpy(alpha*av, b[p*ldb:p*ldb+n], crow)
+			}
+		}
+	}
+}
+
 // smallGemm serves few-row products against a row-major [n,k] op(B) (a weight
 // matrix): each output is a dot product of contiguous rows, so the weight
 // streams from memory once with no packing.
@@ -243,9 +261,20 @@ func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, 
 	}
 	loop((n+3)/4, 16, func(lo, hi int) {
 		var out [4]float32
+		var out2 [8]float32
 		for q := lo; q < hi; q++ {
 			j0 := q * 4
-			for i := 0; i < m; i++ {
+			i := 0
+			// Pairs of rows share each weight load (decode batches).
+			for ; j0+4 <= n && i+2 <= m; i += 2 {
+				dot4x2(rows[i*lda:i*lda+k], rows[(i+1)*lda:(i+1)*lda+k], b[j0*ldb:], ldb, &out2)
+				c0, c1 := c[i*ldc:], c[(i+1)*ldc:]
+				for t := 0; t < 4; t++ {
+					c0[j0+t] += alpha * out2[t]
+					c1[j0+t] += alpha * out2[4+t]
+				}
+			}
+			for ; i < m; i++ {
 				x := rows[i*lda : i*lda+k]
 				crow := c[i*ldc:]
 				if j0+4 <= n {

@@ -169,9 +169,9 @@ func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int)
 			c.v[l] = append(c.v[l], s.v[b*KV:(b+1)*KV]...)
 		}
 		group := cfg.Heads / cfg.KVHeads
-		scale := 1 / math.Sqrt(float64(hd))
+		scale := F(1 / math.Sqrt(float64(hd)))
 		par.For(B*cfg.Heads, 4, func(lo, hi int) {
-			var scores []float64
+			var scores []F
 			for i := lo; i < hi; i++ {
 				b, h := i/cfg.Heads, i%cfg.Heads
 				scores = decodeAttention(scores, s.attn[(b*cfg.Heads+h)*hd:(b*cfg.Heads+h+1)*hd],
@@ -186,44 +186,40 @@ func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int)
 }
 
 // decodeAttention attends one query head to every cached position of one
-// sequence (prefix segments first), writing out [hd]. scores is scratch.
-func decodeAttention[F gemm.Float](scores []float64, out, q []F, c *Cache[F], l, off, KV int, scale float64) []float64 {
+// sequence (prefix segments first), writing out [hd]. Each segment's keys
+// and values are a strided [n, KV] matrix, so scores = K·q and out = Pᵀ·V
+// are small matrix products. scores is scratch, returned for reuse.
+func decodeAttention[F gemm.Float](scores, out, q []F, c *Cache[F], l, off, KV int, scale F) []F {
 	var segs []*Cache[F]
+	total := 0 // this layer's rows, the one appended this step included
 	for s := c; s != nil; s = s.prefix {
 		segs = append(segs, s)
+		total += len(s.k[l]) / KV
 	}
-	scores = scores[:0]
-	mx := math.Inf(-1)
-	for i := len(segs) - 1; i >= 0; i-- {
-		k := segs[i].k[l]
-		for p := 0; p < len(k)/KV; p++ {
-			kr := k[p*KV+off : p*KV+off+len(q)]
-			var d float64
-			for j, qv := range q {
-				d += float64(qv) * float64(kr[j])
-			}
-			d *= scale
-			scores = append(scores, d)
-			mx = max(mx, d)
-		}
+	hd := len(q)
+	if cap(scores) < total {
+		scores = make([]F, total)
 	}
-	var z float64
-	for i, sc := range scores {
-		scores[i] = math.Exp(sc - mx)
-		z += scores[i]
-	}
-	clear(out)
+	scores = scores[:total]
 	n := 0
 	for i := len(segs) - 1; i >= 0; i-- {
-		v := segs[i].v[l]
-		for p := 0; p < len(v)/KV; p++ {
-			w := F(scores[n] / z)
-			n++
-			vr := v[p*KV+off : p*KV+off+len(out)]
-			for j := range out {
-				out[j] += w * vr[j]
-			}
+		k := segs[i].k[l]
+		rows := len(k) / KV
+		if rows > 0 {
+			gemm.Serial(false, true, 1, rows, hd, scale, q, hd, k[off:], KV, 0, scores[n:n+rows], rows)
 		}
+		n += rows
+	}
+	ops.ExpShifted(scores, ops.LogSumExp(scores))
+	clear(out)
+	n = 0
+	for i := len(segs) - 1; i >= 0; i-- {
+		v := segs[i].v[l]
+		rows := len(v) / KV
+		if rows > 0 {
+			gemm.Serial(false, false, 1, hd, rows, 1, scores[n:n+rows], rows, v[off:], KV, 1, out, hd)
+		}
+		n += rows
 	}
 	return scores
 }
