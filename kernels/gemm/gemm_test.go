@@ -107,6 +107,15 @@ func TestKernelsMatchPortable(t *testing.T) {
 				t.Fatalf("dot4x2 k=%d: %v vs %v", k, p1, p2)
 			}
 		}
+		var g1, g2 [nr]float32
+		panel := randSlice(r, k*nr)
+		gemv16(x, panel, &g1)
+		gemv16Go(x, panel, &g2)
+		for i := range g1 {
+			if math.Abs(float64(g1[i]-g2[i])) > 1e-4 {
+				t.Fatalf("gemv16 k=%d: %v vs %v", k, g1, g2)
+			}
+		}
 		y1, y2 := randSlice(r, k), make([]float32, k)
 		copy(y2, y1)
 		axpy(0.7, x, y1)
@@ -195,4 +204,32 @@ func BenchmarkKernel(b *testing.B) {
 		kernel6x16(k, a, bp, c, nr)
 	}
 	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// A prepacked weight gives what Sgemm gives with the same weight transposed.
+func TestPackedMatchesRef(t *testing.T) {
+	r := rng.New(8)
+	for _, s := range [][3]int{{1, 37, 19}, {1, 700, 1030}, {3, 50, 257}, {5, 16, 300}, {16, 3100, 70}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}} {
+		m, n, k := s[0], s[1], s[2]
+		for _, ta := range []bool{false, true} {
+			lda := k + 1
+			if ta {
+				lda = m + 3
+			}
+			arows := m
+			if ta {
+				arows = k
+			}
+			a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
+			c := randSlice(r, m*n)
+			want := append([]float32(nil), c...)
+			Ref(ta, true, m, n, k, 0.5, a, lda, w, k+2, 1, want, n)
+			Pack(w, n, k, k+2).MulT(ta, m, 0.5, a, lda, 1, c, n)
+			for i := range c {
+				if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) {
+					t.Fatalf("m=%d n=%d k=%d ta=%v: [%d] %v vs %v", m, n, k, ta, i, c[i], want[i])
+				}
+			}
+		}
+	}
 }

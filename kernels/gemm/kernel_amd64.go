@@ -17,6 +17,26 @@ func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
 func dotAVX(k int, x, y *float32) float32
 
 //go:noescape
+func gemv16AVX(k int, x, panel, y *float32)
+
+// gemv16 adds Σ_p x[p]·panel[p][0:16] into y[0:16] (one packed panel).
+func gemv16(x, panel []float32, y *[nr]float32) {
+	k := len(x)
+	body := k &^ 3
+	if useAVX && body > 0 {
+		_ = panel[k*nr-1]
+		gemv16AVX(body, &x[0], &panel[0], &y[0])
+	} else {
+		body = 0
+	}
+	for p := body; p < k; p++ {
+		for j := 0; j < nr; j++ {
+			y[j] += x[p] * panel[p*nr+j]
+		}
+	}
+}
+
+//go:noescape
 func axpyAVX(n int, alpha float32, x, y *float32)
 
 func axpy(alpha float32, x, y []float32) {

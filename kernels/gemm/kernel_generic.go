@@ -67,3 +67,12 @@ func axpyGo(alpha float32, x, y []float32) {
 		y[i] += alpha * v
 	}
 }
+
+func gemv16Go(x, panel []float32, y *[nr]float32) {
+	for p, xv := range x {
+		row := panel[p*nr : p*nr+nr]
+		for j := range row {
+			y[j] += xv * row[j]
+		}
+	}
+}

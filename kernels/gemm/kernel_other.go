@@ -8,6 +8,8 @@ func dot4(x, w []float32, ldw int, out *[4]float32) { dot4Go(x, w, ldw, out) }
 
 func dot(x, y []float32) float32 { return dotGo(x, y) }
 
+func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
+
 func axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
 
 func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) { dot4x2Go(x0, x1, w, ldw, out) }

@@ -62,18 +62,29 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 	}
 	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
 	defer packPool.Put(bufB)
-	blocks := (m + mc - 1) / mc
-	for jc := 0; jc < n; jc += nc {
+	blocked(loop, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
 		nb := min(nc, n-jc)
 		panels := (nb + nr - 1) / nr
+		pb := (*bufB)[:panels*nr*kb]
+		loop(panels, 8, func(lo, hi int) {
+			for q := lo; q < hi; q++ {
+				packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
+			}
+		})
+		return pb
+	})
+}
+
+// blocked is the packed GEMM's loop nest (BLIS order). panelsOf returns the
+// packed B panels of the block at (jc, pc), kb deep: packed on the spot, or
+// taken from a weight packed once (Packed).
+func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, lda int, c []float32, ldc int, panelsOf func(jc, pc, kb int) []float32) {
+	blocks := (m + mc - 1) / mc
+	for jc := 0; jc < n; jc += nc {
+		panels := (min(nc, n-jc) + nr - 1) / nr
 		for pc := 0; pc < k; pc += kc {
 			kb := min(kc, k-pc)
-			pb := (*bufB)[:panels*nr*kb]
-			loop(panels, 8, func(lo, hi int) {
-				for q := lo; q < hi; q++ {
-					packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
-				}
-			})
+			pb := panelsOf(jc, pc, kb)
 			if blocks >= 2*par.Workers() {
 				// Many row blocks: each worker packs and multiplies its own,
 				// so packing A runs in parallel too.
@@ -90,7 +101,7 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 				})
 				continue
 			}
-			// Few row blocks (a narrow A, as in LoRA's rank-r products): share
+			// Few row blocks (decode rows, or LoRA's rank-r products): share
 			// each packed block and split the column panels.
 			bufA := getBuf(mc * kc)
 			for ic := 0; ic < m; ic += mc {

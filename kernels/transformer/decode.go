@@ -98,11 +98,11 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 	}
 	sc := scaleOf(ad)
 	for l := 0; l < c.Layers; l++ {
-		w := &m.W.Layers[l]
+		w, pw := &m.W.Layers[l], &m.proj[l]
 		ops.RMSNorm(s.h, inv, s.x, w.AttnNorm, T, D, c.RMSEps)
-		linear(s.q, s.h, T, D, Q, w.Wq, w.Bq, pairOf(ad, l, lora.Q), sc, lu)
-		linear(s.k, s.h, T, D, KV, w.Wk, w.Bk, pairOf(ad, l, lora.K), sc, lu)
-		linear(s.v, s.h, T, D, KV, w.Wv, w.Bv, pairOf(ad, l, lora.V), sc, lu)
+		linear(s.q, s.h, T, D, Q, pw[lora.Q], w.Bq, pairOf(ad, l, lora.Q), sc, lu)
+		linear(s.k, s.h, T, D, KV, pw[lora.K], w.Bk, pairOf(ad, l, lora.K), sc, lu)
+		linear(s.v, s.h, T, D, KV, pw[lora.V], w.Bv, pairOf(ad, l, lora.V), sc, lu)
 		if c.QKNorm {
 			ops.HeadNorm(s.q, s.attn, make([]F, T*c.Heads), w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 			ops.HeadNorm(s.k, s.attn, make([]F, T*c.KVHeads), w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
@@ -111,15 +111,15 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 		s.rope.Rope(s.k, T, c.KVHeads)
 		attend(l)
 		o := s.h // the normed input is dead now; reuse it for o_proj
-		linear(o, s.attn, T, Q, D, w.Wo, w.Bo, pairOf(ad, l, lora.O), sc, lu)
+		linear(o, s.attn, T, Q, D, pw[lora.O], w.Bo, pairOf(ad, l, lora.O), sc, lu)
 		for i := range o {
 			s.x[i] += o[i]
 		}
 		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
-		linear(s.g, s.h, T, D, I, w.Wg, nil, pairOf(ad, l, lora.Gate), sc, lu)
-		linear(s.u, s.h, T, D, I, w.Wu, nil, pairOf(ad, l, lora.Up), sc, lu)
+		linear(s.g, s.h, T, D, I, pw[lora.Gate], nil, pairOf(ad, l, lora.Gate), sc, lu)
+		linear(s.u, s.h, T, D, I, pw[lora.Up], nil, pairOf(ad, l, lora.Up), sc, lu)
 		ops.SwiGLU(s.g, s.g, s.u)
-		linear(s.h, s.g, T, I, D, w.Wd, nil, pairOf(ad, l, lora.Down), sc, lu)
+		linear(s.h, s.g, T, I, D, pw[lora.Down], nil, pairOf(ad, l, lora.Down), sc, lu)
 		for i := range s.h {
 			s.x[i] += s.h[i]
 		}

@@ -42,7 +42,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 	for t0 := 0; t0 < T; t0 += chunk {
 		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
-		linear(logits[:n*V], h, n, D, V, m.W.LMHead, nil, p, scaleOf(ad), u[:n*max(r, 1)])
+		linear(logits[:n*V], h, n, D, V, m.head, nil, p, scaleOf(ad), u[:n*max(r, 1)])
 		par.For(n, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := logits[i*V : (i+1)*V]

@@ -5,11 +5,23 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 )
 
+// weight is a frozen projection: W [out, in] row-major, and for float32
+// models the same matrix packed once for the forward product (nil for the
+// float64 reference path).
+type weight[F gemm.Float] struct {
+	W      []F
+	packed *gemm.Packed
+}
+
 // linear computes y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ.
 // x: [T, in]; W: [out, in]; b: [out] or nil; y: [T, out]; p may be nil.
 // u: [T, r] receives x·Aᵀ for the backward pass (unused when p is nil).
-func linear[F gemm.Float](y, x []F, T, in, out int, W, b []F, p *lora.Pair[F], s F, u []F) {
-	gemm.Gemm(false, true, T, out, in, 1, x, in, W, in, 0, y, out)
+func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.Pair[F], s F, u []F) {
+	if w.packed != nil {
+		w.packed.MulT(false, T, 1, any(x).([]float32), in, 0, any(y).([]float32), out)
+	} else {
+		gemm.Gemm(false, true, T, out, in, 1, x, in, w.W, in, 0, y, out)
+	}
 	if b != nil {
 		for t := 0; t < T; t++ {
 			row := y[t*out : (t+1)*out]

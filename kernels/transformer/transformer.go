@@ -18,11 +18,35 @@ import (
 type Model[F gemm.Float] struct {
 	W       *model.Weights[F]
 	invFreq []float64
+	proj    [][lora.NumModules]weight[F] // per layer, indexed by LoRA module
+	head    weight[F]
 }
 
-// New prepares weights for running.
+// New prepares weights for running. For float32 every projection and the LM
+// head is also packed once for the forward product (see gemm.Packed); that
+// copy costs as much memory again as the weights.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
-	return &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg)}
+	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
+	_, f32 := any(w.Embed).([]float32)
+	wrap := func(W []F, out, in int) weight[F] {
+		wt := weight[F]{W: W}
+		if f32 {
+			wt.packed = gemm.Pack(any(W).([]float32), out, in, in)
+		}
+		return wt
+	}
+	c := w.Cfg
+	for l := range w.Layers {
+		L := &w.Layers[l]
+		m.proj[l] = [lora.NumModules]weight[F]{
+			lora.Q: wrap(L.Wq, c.QDim(), c.Hidden), lora.K: wrap(L.Wk, c.KVDim(), c.Hidden),
+			lora.V: wrap(L.Wv, c.KVDim(), c.Hidden), lora.O: wrap(L.Wo, c.Hidden, c.QDim()),
+			lora.Gate: wrap(L.Wg, c.Intermediate, c.Hidden), lora.Up: wrap(L.Wu, c.Intermediate, c.Hidden),
+			lora.Down: wrap(L.Wd, c.Hidden, c.Intermediate),
+		}
+	}
+	m.head = wrap(w.LMHead, c.Vocab, c.Hidden)
+	return m
 }
 
 // Cfg is the model's configuration.
@@ -126,13 +150,13 @@ func scaleOf[F gemm.Float](ad *lora.Adapter[F]) F {
 	return ad.Scale()
 }
 
-// proj runs one projection of layer l, allocating the LoRA buffer if needed.
-func (m *Model[F]) proj(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], y, x []F, T, in, out int, W, b []F) {
+// project runs one projection of layer l, allocating the LoRA buffer if needed.
+func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], y, x []F, T, in, out int, b []F) {
 	p := pairOf(ad, l, mod)
 	if p != nil {
 		la.lu[mod] = make([]F, T*ad.Cfg.Rank)
 	}
-	linear(y, x, T, in, out, W, b, p, scaleOf(ad), la.lu[mod])
+	linear(y, x, T, in, out, m.proj[l][mod], b, p, scaleOf(ad), la.lu[mod])
 }
 
 func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], x []F) []F {
@@ -143,9 +167,9 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	ops.RMSNorm(la.h1, la.inv1, x, w.AttnNorm, T, D, c.RMSEps)
 
 	la.q, la.k, la.v = make([]F, T*Q), make([]F, T*KV), make([]F, T*KV)
-	m.proj(ad, l, lora.Q, la, la.q, la.h1, T, D, Q, w.Wq, w.Bq)
-	m.proj(ad, l, lora.K, la, la.k, la.h1, T, D, KV, w.Wk, w.Bk)
-	m.proj(ad, l, lora.V, la, la.v, la.h1, T, D, KV, w.Wv, w.Bv)
+	m.project(ad, l, lora.Q, la, la.q, la.h1, T, D, Q, w.Bq)
+	m.project(ad, l, lora.K, la, la.k, la.h1, T, D, KV, w.Bk)
+	m.project(ad, l, lora.V, la, la.v, la.h1, T, D, KV, w.Bv)
 	if c.QKNorm {
 		la.qPre, la.qInv = make([]F, T*Q), make([]F, T*c.Heads)
 		la.kPre, la.kInv = make([]F, T*KV), make([]F, T*c.KVHeads)
@@ -162,18 +186,18 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	}
 
 	la.x2 = make([]F, T*D)
-	m.proj(ad, l, lora.O, la, la.x2, la.attn, T, Q, D, w.Wo, w.Bo)
+	m.project(ad, l, lora.O, la, la.x2, la.attn, T, Q, D, w.Bo)
 	for i := range la.x2 {
 		la.x2[i] += x[i]
 	}
 	la.h2, la.inv2 = make([]F, T*D), make([]F, T)
 	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
 	la.g, la.u, la.a = make([]F, T*I), make([]F, T*I), make([]F, T*I)
-	m.proj(ad, l, lora.Gate, la, la.g, la.h2, T, D, I, w.Wg, nil)
-	m.proj(ad, l, lora.Up, la, la.u, la.h2, T, D, I, w.Wu, nil)
+	m.project(ad, l, lora.Gate, la, la.g, la.h2, T, D, I, nil)
+	m.project(ad, l, lora.Up, la, la.u, la.h2, T, D, I, nil)
 	ops.SwiGLU(la.a, la.g, la.u)
 	out := make([]F, T*D)
-	m.proj(ad, l, lora.Down, la, out, la.a, T, I, D, w.Wd, nil)
+	m.project(ad, l, lora.Down, la, out, la.a, T, I, D, nil)
 	for i := range out {
 		out[i] += la.x2[i]
 	}

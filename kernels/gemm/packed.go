@@ -1,0 +1,93 @@
+package gemm
+
+import "github.com/wts-project/wts/kernels/par"
+
+// Packed is a frozen weight W [n, k] stored once in the micro-kernel's B-panel
+// layout for products with Wᵀ (y = x·Wᵀ, a linear layer's forward pass).
+// Packing the same frozen weight on every call was a tenth of training time;
+// and since the panels are read front to back, decoding streams W at full
+// memory speed whatever the batch size, through the same micro-kernel.
+//
+// Layout: for each kc-deep block of the k axis, all column panels of nr rows
+// of W, each p-major (panel[p][j]), zero-padded to nr.
+type Packed struct {
+	N, K   int
+	data   []float32
+	blocks []int // offset of each kc block
+}
+
+// Pack packs w [n, k] (row-major, row stride ldw).
+func Pack(w []float32, n, k, ldw int) *Packed {
+	panels := (n + nr - 1) / nr
+	p := &Packed{N: n, K: k}
+	size := 0
+	for pc := 0; pc < k; pc += kc {
+		p.blocks = append(p.blocks, size)
+		size += panels * nr * min(kc, k-pc)
+	}
+	p.data = make([]float32, size)
+	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+		kb := min(kc, k-pc)
+		base := p.data[p.blocks[bi]:]
+		par.For(panels, 8, func(lo, hi int) {
+			for q := lo; q < hi; q++ {
+				packB(true, w, ldw, pc, kb, q*nr, min(nr, n-q*nr), base[q*nr*kb:(q+1)*nr*kb])
+			}
+		})
+	}
+	return p
+}
+
+// Bytes is the memory the packed copy holds.
+func (p *Packed) Bytes() int { return 4 * len(p.data) }
+
+// MulT computes C = alpha·op(A)·Wᵀ + beta·C for op(A) [m, k] (A transposed
+// when ta), C [m, n].
+func (p *Packed) MulT(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
+	n, k := p.N, p.K
+	if m == 0 || n == 0 {
+		return
+	}
+	scaleC(m, n, beta, c, ldc)
+	if k == 0 || alpha == 0 {
+		return
+	}
+	if m < packedGemvM && !ta {
+		p.gemv(m, alpha, a, lda, c, ldc)
+		return
+	}
+	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
+		base := p.data[p.blocks[pc/kc]:]
+		panels := (min(nc, n-jc) + nr - 1) / nr
+		return base[jc*kb : jc*kb+panels*nr*kb]
+	})
+}
+
+// packedGemvM is the row count below which products walk the panels with a
+// one-row kernel: the 6-row micro-kernel would compute mostly padding.
+const packedGemvM = 4
+
+// gemv serves few rows (single-stream decode): one parallel region, each
+// worker walking its panels front to back through every k block, so W is
+// read once as a single stream per worker.
+func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
+	n, k := p.N, p.K
+	panels := (n + nr - 1) / nr
+	par.For(panels, 4, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			j0 := q * nr
+			nw := min(nr, n-j0)
+			for i := 0; i < m; i++ {
+				var y [nr]float32
+				for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+					kb := min(kc, k-pc)
+					gemv16(a[i*lda+pc:i*lda+pc+kb], p.data[p.blocks[bi]+q*nr*kb:p.blocks[bi]+(q+1)*nr*kb], &y)
+				}
+				row := c[i*ldc+j0 : i*ldc+j0+nw]
+				for j := range row {
+					row[j] += alpha * y[j]
+				}
+			}
+		}
+	})
+}
