@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-./data}
 PRESETS=${PRESETS:-"small qwen3-0.6b"}
+echo "== fp32 GEMM, GFLOP/s (wts, then OpenBLAS)"
+go test ./kernels/gemm/ -run XXX -bench 'Sgemm/' -benchtime 1s | awk '/GFLOP/ {print $1, $(NF-1)}'
+if python3 -c 'import torch' 2>/dev/null; then python3 bench/blas_gemm.py; fi
 go build -o bin/wts ./cmd/wts
 go build -o bin/enginebench ./bench/enginebench
 for p in $PRESETS; do
