@@ -29,7 +29,9 @@ func captureStdout(t *testing.T, f func() error) string {
 
 func TestModelInitInfoSample(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
-	captureStdout(t, func() error { return run([]string{"model", "init", "--preset", "tiny-qwen3", "--seed", "4", "--out", dir, "--dtype", "bf16"}) })
+	captureStdout(t, func() error {
+		return run([]string{"model", "init", "--preset", "tiny-qwen3", "--seed", "4", "--out", dir, "--dtype", "bf16"})
+	})
 	info := captureStdout(t, func() error { return run([]string{"model", "info", dir}) })
 	if !strings.Contains(info, "qwen3") {
 		t.Fatalf("info: %s", info)
