@@ -96,11 +96,11 @@ func TestMatchesPyTorch(t *testing.T) {
 			V := w.Cfg.Vocab
 
 			// Logits of the first datum.
-			act, err := m.Forward(ad, transformer.Pack([][]int{g.Data[0].ModelInput}))
+			act, err := m.Forward(ad, transformer.Pack([][]int{g.Data[0].ModelInput}), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.Head(ad, nil, act.Hidden, act.T(), nil, func(tk int, row []float32) bool {
+			m.Head(ad, nil, act.Hidden, act.T(), nil, nil, func(tk int, row []float32) bool {
 				for j, v := range row {
 					within(t, "logit", float64(v), g.Logits0[tk*V+j], 2e-5, 1e-4)
 				}
@@ -117,7 +117,7 @@ func TestMatchesPyTorch(t *testing.T) {
 					t.Fatal(err)
 				}
 				grads := ad.ZerosLike()
-				out, err := train.Evaluate(m, ad, data, fn, grads)
+				out, err := train.Evaluate(m, ad, data, fn, grads, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

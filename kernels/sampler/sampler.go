@@ -105,7 +105,7 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 			res.PromptLogprobs = nil
 		}
 	} else {
-		m.Head(ad, nil, hidden[(P-1)*D:], 1, nil, func(_ int, row []float32) bool {
+		m.Head(ad, nil, hidden[(P-1)*D:], 1, nil, nil, func(_ int, row []float32) bool {
 			last = append([]float32(nil), row...)
 			return false
 		})
@@ -131,6 +131,7 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 		bufs[i] = make([]candidate, 0, V)
 		active = append(active, i)
 	}
+	ar := transformer.NewArena[float32]()   // the head's logits, reused every step
 	rows := make([][]float32, q.NumSamples) // each sample's latest logits [V]
 	for i := range rows {
 		rows[i] = append([]float32(nil), last...)
@@ -164,7 +165,8 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 		if err != nil {
 			return nil, err
 		}
-		m.Head(ad, nil, h, len(active), nil, func(b int, row []float32) bool {
+		ar.Reset() // last step's logits are copied out already
+		m.Head(ad, nil, h, len(active), nil, ar, func(b int, row []float32) bool {
 			copy(rows[active[b]], row)
 			return false
 		})
@@ -182,7 +184,7 @@ func promptLogprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], hi
 	if k > 0 {
 		top = make([][]TokenLogprob, P)
 	}
-	m.Head(ad, nil, hidden, P, nil, func(t int, row []float32) bool {
+	m.Head(ad, nil, hidden, P, nil, nil, func(t int, row []float32) bool {
 		if t == P-1 {
 			*last = append([]float32(nil), row...)
 			return false

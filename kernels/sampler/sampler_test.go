@@ -212,7 +212,7 @@ func TestSampleLogprobsMatchForward(t *testing.T) {
 	for _, s := range res.Sequences {
 		full := append(append([]int(nil), prompt...), s.Tokens...)
 		d := train.Datum{ModelInput: full[:len(full)-1], Loss: loss.Inputs{TargetTokens: full[1:]}}
-		out, err := train.Evaluate(m, ad, []train.Datum{d}, ce, nil)
+		out, err := train.Evaluate(m, ad, []train.Datum{d}, ce, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

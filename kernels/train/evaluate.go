@@ -65,8 +65,8 @@ func Validate(data []Datum, fn *loss.Fn, vocab, maxPos int) error {
 
 // Evaluate computes each datum's target logprobs and loss, and when grads is
 // non-nil adds dL/d(adapter) into it, where L is the loss summed over all
-// tokens of all datums.
-func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F]) (*Output, error) {
+// tokens of all datums. Buffers come from ar (nil allocates); it is reset.
+func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F]) (*Output, error) {
 	c := m.Cfg()
 	if err := Validate(data, fn, c.Vocab, c.MaxPos); err != nil {
 		return nil, err
@@ -85,7 +85,8 @@ func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data [
 			n += len(data[hi].ModelInput)
 			hi++
 		}
-		if err := evalMicro(m, ad, data, lo, hi, fn, grads, out, tokLoss); err != nil {
+		ar.Reset() // the previous micro-batch's activations are dead
+		if err := evalMicro(m, ad, data, lo, hi, fn, grads, ar, out, tokLoss); err != nil {
 			return nil, err
 		}
 		lo = hi
@@ -106,13 +107,13 @@ func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data [
 	return out, nil
 }
 
-func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, lo, hi int, fn *loss.Fn, grads *lora.Adapter[F], out *Output, tokLoss [][]float64) error {
+func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, lo, hi int, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F], out *Output, tokLoss [][]float64) error {
 	seqs := make([][]int, 0, hi-lo)
 	for _, d := range data[lo:hi] {
 		seqs = append(seqs, d.ModelInput)
 	}
 	b := transformer.Pack(seqs)
-	act, err := m.Forward(ad, b)
+	act, err := m.Forward(ad, b, ar)
 	if err != nil {
 		return err
 	}
@@ -126,11 +127,11 @@ func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data 
 	}
 	var dHidden []F
 	if grads != nil {
-		dHidden = make([]F, T*m.Cfg().Hidden)
+		dHidden = ar.Alloc(T * m.Cfg().Hidden)
 	}
 	// Head calls the row function concurrently; each call writes only its
 	// own (datum, position) slots.
-	m.Head(ad, grads, act.Hidden, T, dHidden, func(t int, row []F) bool {
+	m.Head(ad, grads, act.Hidden, T, dHidden, ar, func(t int, row []F) bool {
 		d, i := owner[t][0], owner[t][1]
 		in := &data[d].Loss
 		target := in.TargetTokens[i]

@@ -52,7 +52,7 @@ func gradFixture(t *testing.T, preset string) (*transformer.Model[float64], *lor
 	// CISPO's clipped and unclipped branches are both exercised, each far
 	// from its kink.
 	ce, _ := loss.New("cross_entropy", nil)
-	base, err := Evaluate(m, ad, inputsFor("cross_entropy", data), ce, nil)
+	base, err := Evaluate(m, ad, inputsFor("cross_entropy", data), ce, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 				t.Fatal(err)
 			}
 			grads := ad.ZerosLike()
-			if _, err := Evaluate(m, ad, data, fn, grads); err != nil {
+			if _, err := Evaluate(m, ad, data, fn, grads, nil); err != nil {
 				t.Fatal(err)
 			}
 			// CISPO's clipped ratio is detached: its gradient is that of
@@ -99,7 +99,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 			if name == "cispo" {
 				fdFn, _ = loss.New("cross_entropy", nil)
 				fdData = inputsFor("cross_entropy", data)
-				cur, _ := Evaluate(m, ad, data, fn, nil)
+				cur, _ := Evaluate(m, ad, data, fn, nil, nil)
 				for i := range fdData {
 					w := make([]float64, len(cur.Logprobs[i]))
 					for j, lp := range cur.Logprobs[i] {
@@ -110,7 +110,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 				}
 			}
 			lossAt := func() float64 {
-				out, err := Evaluate(m, ad, fdData, fdFn, nil)
+				out, err := Evaluate(m, ad, fdData, fdFn, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -21,11 +21,12 @@ type Trainer struct {
 	grads   *lora.Adapter[float32]
 	pending int // forward_backward calls folded into grads
 	opt     *optim.State
+	arena   *transformer.Arena[float32] // activation buffers, reused every call
 }
 
 // NewTrainer starts training adapter ad on model m.
 func NewTrainer(m *transformer.Model[float32], ad *lora.Adapter[float32]) *Trainer {
-	return &Trainer{model: m, adapter: ad, grads: ad.ZerosLike(), opt: optim.NewState(sizes(ad))}
+	return &Trainer{model: m, adapter: ad, grads: ad.ZerosLike(), opt: optim.NewState(sizes(ad)), arena: transformer.NewArena[float32]()}
 }
 
 func sizes(ad *lora.Adapter[float32]) []int {
@@ -54,7 +55,7 @@ func (t *Trainer) Forward(data []Datum, lossName string, config map[string]float
 	if err != nil {
 		return nil, err
 	}
-	return Evaluate(t.model, t.adapter, data, fn, nil)
+	return Evaluate(t.model, t.adapter, data, fn, nil, t.arena)
 }
 
 // ForwardBackward computes losses and logprobs and adds the gradient into the
@@ -66,7 +67,7 @@ func (t *Trainer) ForwardBackward(data []Datum, lossName string, config map[stri
 		return nil, err
 	}
 	g := t.adapter.ZerosLike()
-	out, err := Evaluate(t.model, t.adapter, data, fn, g)
+	out, err := Evaluate(t.model, t.adapter, data, fn, g, t.arena)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,8 @@ type RowFunc[F gemm.Float] func(t int, row []F) bool
 // Head computes logits = hidden·W_lmᵀ (+ LoRA) for T tokens, chunk by chunk,
 // and hands each row to fn. When dHidden is non-nil, gradients returned by fn
 // are added into dHidden [T, D] and into the lm_head LoRA gradients of grads.
-func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden []F, fn RowFunc[F]) {
+// Scratch comes from ar (nil allocates).
+func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F]) {
 	c := m.W.Cfg
 	D, V := c.Hidden, c.Vocab
 	var p, gp *lora.Pair[F]
@@ -36,8 +37,8 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 	}
 	chunk := max(1, headBudget/V)
 	rows := min(T, chunk)
-	logits := make([]F, rows*V)
-	u := make([]F, rows*max(r, 1))
+	logits := ar.Alloc(rows * V)
+	u := ar.Alloc(rows * max(r, 1))
 	want := make([]bool, rows)
 	for t0 := 0; t0 < T; t0 += chunk {
 		n := min(chunk, T-t0)
@@ -60,7 +61,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			any = any || w
 		}
 		if any {
-			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.W.LMHead, p, gp, scaleOf(ad), u[:n*max(r, 1)])
+			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.W.LMHead, p, gp, scaleOf(ad), u[:n*max(r, 1)], ar)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.
 //	du  = s·dy·B     [T, r]
 //	dA += duᵀ·x      [r, in]
 //	dx += dy·W + du·A
-func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, W []F, p, gp *lora.Pair[F], s F, u []F) {
+func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, W []F, p, gp *lora.Pair[F], s F, u []F, ar *Arena[F]) {
 	if dx != nil {
 		gemm.Gemm(false, false, T, in, out, 1, dy, out, W, in, 1, dx, in)
 	}
@@ -52,7 +52,7 @@ func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, W []F, p, gp *l
 		return
 	}
 	r := len(p.A) / in
-	du := make([]F, T*r)
+	du := ar.Alloc(T * r)
 	gemm.Gemm(false, false, T, r, out, s, dy, out, p.B, r, 0, du, r)
 	if gp != nil {
 		gemm.Gemm(true, false, out, r, T, s, dy, out, u, r, 1, gp.B, r)

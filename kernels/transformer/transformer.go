@@ -85,6 +85,7 @@ type layerAct[F gemm.Float] struct {
 // Activations is a forward pass's saved state.
 type Activations[F gemm.Float] struct {
 	B      Batch
+	ar     *Arena[F] // where this pass's buffers come from
 	layers []layerAct[F]
 	rope   *ops.RopeTable[F]
 	xf     []F // final residual stream [T, D]
@@ -106,8 +107,9 @@ func positions(b Batch) []int {
 }
 
 // Forward runs the decoder trunk over a batch with adapter ad (nil for the
-// bare base model) and keeps what Backward needs.
-func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch) (*Activations[F], error) {
+// bare base model) and keeps what Backward needs. Buffers come from ar (nil
+// allocates); they stay valid until ar is reset.
+func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activations[F], error) {
 	c := m.W.Cfg
 	T, D := len(b.Tokens), c.Hidden
 	for _, tok := range b.Tokens {
@@ -120,9 +122,9 @@ func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch) (*Activations[F], error
 			return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, L, c.MaxPos)
 		}
 	}
-	act := &Activations[F]{B: b, layers: make([]layerAct[F], c.Layers),
+	act := &Activations[F]{B: b, ar: ar, layers: make([]layerAct[F], c.Layers),
 		rope: ops.NewRopeTable[F](m.invFreq, positions(b))}
-	x := make([]F, T*D)
+	x := ar.Alloc(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
 	}
@@ -130,8 +132,8 @@ func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch) (*Activations[F], error
 		x = m.layerForward(ad, l, &act.layers[l], act, x)
 	}
 	act.xf = x
-	act.invf = make([]F, T)
-	act.Hidden = make([]F, T*D)
+	act.invf = ar.Alloc(T)
+	act.Hidden = ar.Alloc(T * D)
 	ops.RMSNorm(act.Hidden, act.invf, x, m.W.Norm, T, D, c.RMSEps)
 	return act, nil
 }
@@ -151,10 +153,10 @@ func scaleOf[F gemm.Float](ad *lora.Adapter[F]) F {
 }
 
 // project runs one projection of layer l, allocating the LoRA buffer if needed.
-func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], y, x []F, T, in, out int, b []F) {
+func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], y, x []F, T, in, out int, b []F) {
 	p := pairOf(ad, l, mod)
 	if p != nil {
-		la.lu[mod] = make([]F, T*ad.Cfg.Rank)
+		la.lu[mod] = ar.Alloc(T * ad.Cfg.Rank)
 	}
 	linear(y, x, T, in, out, m.proj[l][mod], b, p, scaleOf(ad), la.lu[mod])
 }
@@ -162,42 +164,43 @@ func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *laye
 func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], x []F) []F {
 	c, w := m.W.Cfg, &m.W.Layers[l]
 	T, D, Q, KV, I := len(act.B.Tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	ar := act.ar
 	la.x = x
-	la.h1, la.inv1 = make([]F, T*D), make([]F, T)
+	la.h1, la.inv1 = ar.Alloc(T*D), ar.Alloc(T)
 	ops.RMSNorm(la.h1, la.inv1, x, w.AttnNorm, T, D, c.RMSEps)
 
-	la.q, la.k, la.v = make([]F, T*Q), make([]F, T*KV), make([]F, T*KV)
-	m.project(ad, l, lora.Q, la, la.q, la.h1, T, D, Q, w.Bq)
-	m.project(ad, l, lora.K, la, la.k, la.h1, T, D, KV, w.Bk)
-	m.project(ad, l, lora.V, la, la.v, la.h1, T, D, KV, w.Bv)
+	la.q, la.k, la.v = ar.Alloc(T*Q), ar.Alloc(T*KV), ar.Alloc(T*KV)
+	m.project(ad, l, lora.Q, la, ar, la.q, la.h1, T, D, Q, w.Bq)
+	m.project(ad, l, lora.K, la, ar, la.k, la.h1, T, D, KV, w.Bk)
+	m.project(ad, l, lora.V, la, ar, la.v, la.h1, T, D, KV, w.Bv)
 	if c.QKNorm {
-		la.qPre, la.qInv = make([]F, T*Q), make([]F, T*c.Heads)
-		la.kPre, la.kInv = make([]F, T*KV), make([]F, T*c.KVHeads)
+		la.qPre, la.qInv = ar.Alloc(T*Q), ar.Alloc(T*c.Heads)
+		la.kPre, la.kInv = ar.Alloc(T*KV), ar.Alloc(T*c.KVHeads)
 		ops.HeadNorm(la.q, la.qPre, la.qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 		ops.HeadNorm(la.k, la.kPre, la.kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
 	}
 	act.rope.Rope(la.q, T, c.Heads)
 	act.rope.Rope(la.k, T, c.KVHeads)
 
-	la.attn, la.lse = make([]F, T*Q), make([]F, T*c.Heads)
+	la.attn, la.lse = ar.Alloc(T*Q), ar.Alloc(T*c.Heads)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
 		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim)
 	}
 
-	la.x2 = make([]F, T*D)
-	m.project(ad, l, lora.O, la, la.x2, la.attn, T, Q, D, w.Bo)
+	la.x2 = ar.Alloc(T * D)
+	m.project(ad, l, lora.O, la, ar, la.x2, la.attn, T, Q, D, w.Bo)
 	for i := range la.x2 {
 		la.x2[i] += x[i]
 	}
-	la.h2, la.inv2 = make([]F, T*D), make([]F, T)
+	la.h2, la.inv2 = ar.Alloc(T*D), ar.Alloc(T)
 	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
-	la.g, la.u, la.a = make([]F, T*I), make([]F, T*I), make([]F, T*I)
-	m.project(ad, l, lora.Gate, la, la.g, la.h2, T, D, I, nil)
-	m.project(ad, l, lora.Up, la, la.u, la.h2, T, D, I, nil)
+	la.g, la.u, la.a = ar.Alloc(T*I), ar.Alloc(T*I), ar.Alloc(T*I)
+	m.project(ad, l, lora.Gate, la, ar, la.g, la.h2, T, D, I, nil)
+	m.project(ad, l, lora.Up, la, ar, la.u, la.h2, T, D, I, nil)
 	ops.SwiGLU(la.a, la.g, la.u)
-	out := make([]F, T*D)
-	m.project(ad, l, lora.Down, la, out, la.a, T, I, D, nil)
+	out := ar.Alloc(T * D)
+	m.project(ad, l, lora.Down, la, ar, out, la.a, T, I, D, nil)
 	for i := range out {
 		out[i] += la.x2[i]
 	}
@@ -208,7 +211,7 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 func (m *Model[F]) Backward(ad, grads *lora.Adapter[F], act *Activations[F], dHidden []F) {
 	c := m.W.Cfg
 	T, D := act.T(), c.Hidden
-	dx := make([]F, T*D)
+	dx := act.ar.Alloc(T * D)
 	ops.RMSNormBackward(dx, dHidden, act.xf, m.W.Norm, act.invf, T, D)
 	for l := c.Layers - 1; l >= 0; l-- {
 		dx = m.layerBackward(ad, grads, l, &act.layers[l], act, dx, l > 0)
@@ -223,8 +226,8 @@ func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lor
 	return grads.Layers[l][mod]
 }
 
-func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], dx, dy, x []F, T, in, out int, W []F) {
-	linearBackward(dx, dy, x, T, in, out, W, pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod])
+func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx, dy, x []F, T, in, out int, W []F) {
+	linearBackward(dx, dy, x, T, in, out, W, pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod], ar)
 }
 
 // layerBackward takes dL/d(layer output) and returns dL/d(layer input); the
@@ -233,22 +236,23 @@ func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Modu
 func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], dout []F, needDx bool) []F {
 	c, w := m.W.Cfg, &m.W.Layers[l]
 	T, D, Q, KV, I := act.T(), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
+	ar := act.ar
 
 	// out = x2 + down(silu(g)⊙u)
-	dx2 := append([]F(nil), dout...)
-	da := make([]F, T*I)
-	m.projBackward(ad, grads, l, lora.Down, la, da, dout, la.a, T, I, D, w.Wd)
-	dg, du := make([]F, T*I), make([]F, T*I)
+	dx2 := ar.Clone(dout)
+	da := ar.Alloc(T * I)
+	m.projBackward(ad, grads, l, lora.Down, la, ar, da, dout, la.a, T, I, D, w.Wd)
+	dg, du := ar.Alloc(T*I), ar.Alloc(T*I)
 	ops.SwiGLUBackward(dg, du, da, la.g, la.u)
-	dh2 := make([]F, T*D)
-	m.projBackward(ad, grads, l, lora.Gate, la, dh2, dg, la.h2, T, D, I, w.Wg)
-	m.projBackward(ad, grads, l, lora.Up, la, dh2, du, la.h2, T, D, I, w.Wu)
+	dh2 := ar.Alloc(T * D)
+	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, dg, la.h2, T, D, I, w.Wg)
+	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, du, la.h2, T, D, I, w.Wu)
 	ops.RMSNormBackward(dx2, dh2, la.x2, w.MLPNorm, la.inv2, T, D)
 
 	// x2 = x + o_proj(attn)
-	dattn := make([]F, T*Q)
-	m.projBackward(ad, grads, l, lora.O, la, dattn, dx2, la.attn, T, Q, D, w.Wo)
-	dq, dk, dv := make([]F, T*Q), make([]F, T*KV), make([]F, T*KV)
+	dattn := ar.Alloc(T * Q)
+	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, dx2, la.attn, T, Q, D, w.Wo)
+	dq, dk, dv := ar.Alloc(T*Q), ar.Alloc(T*KV), ar.Alloc(T*KV)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
 		ops.AttentionBackward(dq[o*Q:], dk[o*KV:], dv[o*KV:], dattn[o*Q:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:],
@@ -257,18 +261,18 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	act.rope.RopeBackward(dq, T, c.Heads)
 	act.rope.RopeBackward(dk, T, c.KVHeads)
 	if c.QKNorm {
-		dqPre, dkPre := make([]F, T*Q), make([]F, T*KV)
+		dqPre, dkPre := ar.Alloc(T*Q), ar.Alloc(T*KV)
 		ops.RMSNormBackward(dqPre, dq, la.qPre, w.QNorm, la.qInv, T*c.Heads, c.HeadDim)
 		ops.RMSNormBackward(dkPre, dk, la.kPre, w.KNorm, la.kInv, T*c.KVHeads, c.HeadDim)
 		dq, dk = dqPre, dkPre
 	}
 	var dh1 []F // only needed to go on to the layer below
 	if needDx {
-		dh1 = make([]F, T*D)
+		dh1 = ar.Alloc(T * D)
 	}
-	m.projBackward(ad, grads, l, lora.Q, la, dh1, dq, la.h1, T, D, Q, w.Wq)
-	m.projBackward(ad, grads, l, lora.K, la, dh1, dk, la.h1, T, D, KV, w.Wk)
-	m.projBackward(ad, grads, l, lora.V, la, dh1, dv, la.h1, T, D, KV, w.Wv)
+	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, dq, la.h1, T, D, Q, w.Wq)
+	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, dk, la.h1, T, D, KV, w.Wk)
+	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, dv, la.h1, T, D, KV, w.Wv)
 	if !needDx {
 		return nil
 	}

@@ -57,7 +57,7 @@ func TestCachedDecodingMatchesForward(t *testing.T) {
 		r := rng.New(4)
 		seqA := randTokens(r, 300, m.Cfg().Vocab)[:100] // longer than nothing, shorter than context
 		seqB := append(append([]int(nil), seqA[:60]...), randTokens(r, 40, m.Cfg().Vocab)...)
-		full, err := m.Forward(ad, Pack([][]int{seqA, seqB}))
+		full, err := m.Forward(ad, Pack([][]int{seqA, seqB}), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,10 +82,10 @@ func TestCachedDecodingMatchesForward(t *testing.T) {
 
 func TestBadTokensAndLength(t *testing.T) {
 	m, ad := fixture(t, "tiny")
-	if _, err := m.Forward(ad, Pack([][]int{{1, 96}})); !errors.Is(err, kerr.ErrTokenRange) {
+	if _, err := m.Forward(ad, Pack([][]int{{1, 96}}), nil); !errors.Is(err, kerr.ErrTokenRange) {
 		t.Fatalf("vocab: %v", err)
 	}
-	if _, err := m.Forward(ad, Pack([][]int{make([]int, 129)})); !errors.Is(err, kerr.ErrTooLong) {
+	if _, err := m.Forward(ad, Pack([][]int{make([]int, 129)}), nil); !errors.Is(err, kerr.ErrTooLong) {
 		t.Fatalf("length: %v", err)
 	}
 	c := m.NewCache()
@@ -101,7 +101,7 @@ func TestFreshAdapterIsIdentity(t *testing.T) {
 	cfg.Targets(true, true, true)
 	fresh, _ := lora.New(m.Cfg(), cfg)
 	seq := randTokens(rng.New(1), 20, m.Cfg().Vocab)
-	a, _ := m.Forward(nil, Pack([][]int{seq}))
-	b, _ := m.Forward(fresh, Pack([][]int{seq}))
+	a, _ := m.Forward(nil, Pack([][]int{seq}), nil)
+	b, _ := m.Forward(fresh, Pack([][]int{seq}), nil)
 	near(t, "fresh adapter", b.Hidden, a.Hidden, 0)
 }
