@@ -222,12 +222,21 @@ func TestPackedMatchesRef(t *testing.T) {
 			}
 			a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
 			c := randSlice(r, m*n)
+			c2 := append([]float32(nil), c...)
 			want := append([]float32(nil), c...)
 			Ref(ta, true, m, n, k, 0.5, a, lda, w, k+2, 1, want, n)
-			Pack(w, n, k, k+2).MulT(ta, m, 0.5, a, lda, 1, c, n)
+			PackT(w, n, k, k+2).Mul(ta, m, 0.5, a, lda, 1, c, n)
+			// The same product from B = Wᵀ stored as a [k, n] matrix.
+			wt := make([]float32, k*(n+1))
+			for j := 0; j < n; j++ {
+				for p := 0; p < k; p++ {
+					wt[p*(n+1)+j] = w[j*(k+2)+p]
+				}
+			}
+			PackN(wt, k, n, n+1).Mul(ta, m, 0.5, a, lda, 1, c2, n)
 			for i := range c {
-				if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) {
-					t.Fatalf("m=%d n=%d k=%d ta=%v: [%d] %v vs %v", m, n, k, ta, i, c[i], want[i])
+				if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
+					t.Fatalf("m=%d n=%d k=%d ta=%v: [%d] %v / %v vs %v", m, n, k, ta, i, c[i], c2[i], want[i])
 				}
 			}
 		}

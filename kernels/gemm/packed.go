@@ -2,22 +2,29 @@ package gemm
 
 import "github.com/wts-project/wts/kernels/par"
 
-// Packed is a frozen weight W [n, k] stored once in the micro-kernel's B-panel
-// layout for products with Wᵀ (y = x·Wᵀ, a linear layer's forward pass).
-// Packing the same frozen weight on every call was a tenth of training time;
-// and since the panels are read front to back, decoding streams W at full
-// memory speed whatever the batch size, through the same micro-kernel.
+// Packed is a frozen matrix B [K, N] stored once in the micro-kernel's
+// B-panel layout, for products C = op(A)·B. A linear layer's weight W
+// [out, in] is packed as Wᵀ for the forward pass (PackT) and, where it pays,
+// as W for the input gradient dx = dy·W (PackN). Packing the same frozen
+// weight on every call was a tenth of training time; and since the panels are
+// read front to back, decoding streams W at full memory speed whatever the
+// batch size, through the same micro-kernel.
 //
-// Layout: for each kc-deep block of the k axis, all column panels of nr rows
-// of W, each p-major (panel[p][j]), zero-padded to nr.
+// Layout: for each kc-deep block of the K axis, all nr-wide column panels,
+// each p-major (panel[p][j]), zero-padded to nr.
 type Packed struct {
 	N, K   int
 	data   []float32
 	blocks []int // offset of each kc block
 }
 
-// Pack packs w [n, k] (row-major, row stride ldw).
-func Pack(w []float32, n, k, ldw int) *Packed {
+// PackT packs B = Wᵀ for w [n, k] (row-major, row stride ldw).
+func PackT(w []float32, n, k, ldw int) *Packed { return pack(true, w, n, k, ldw) }
+
+// PackN packs B = W for w [k, n] (row-major, row stride ldw).
+func PackN(w []float32, k, n, ldw int) *Packed { return pack(false, w, n, k, ldw) }
+
+func pack(tb bool, w []float32, n, k, ldw int) *Packed {
 	panels := (n + nr - 1) / nr
 	p := &Packed{N: n, K: k}
 	size := 0
@@ -31,7 +38,7 @@ func Pack(w []float32, n, k, ldw int) *Packed {
 		base := p.data[p.blocks[bi]:]
 		par.For(panels, 8, func(lo, hi int) {
 			for q := lo; q < hi; q++ {
-				packB(true, w, ldw, pc, kb, q*nr, min(nr, n-q*nr), base[q*nr*kb:(q+1)*nr*kb])
+				packB(tb, w, ldw, pc, kb, q*nr, min(nr, n-q*nr), base[q*nr*kb:(q+1)*nr*kb])
 			}
 		})
 	}
@@ -41,9 +48,9 @@ func Pack(w []float32, n, k, ldw int) *Packed {
 // Bytes is the memory the packed copy holds.
 func (p *Packed) Bytes() int { return 4 * len(p.data) }
 
-// MulT computes C = alpha·op(A)·Wᵀ + beta·C for op(A) [m, k] (A transposed
-// when ta), C [m, n].
-func (p *Packed) MulT(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
+// Mul computes C = alpha·op(A)·B + beta·C for op(A) [m, K] (A transposed
+// when ta), C [m, N].
+func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
 	n, k := p.N, p.K
 	if m == 0 || n == 0 {
 		return

@@ -214,6 +214,13 @@ func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []f
 func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 	dst = dst[:kb*nr]
 	if !tb {
+		if nw == nr { // whole panel rows: a 64-byte array copy, no memmove call
+			for p := 0; p < kb; p++ {
+				src := (p0+p)*ldb + j0
+				*(*[nr]float32)(dst[p*nr : p*nr+nr]) = [nr]float32(b[src : src+nr])
+			}
+			return
+		}
 		for p := 0; p < kb; p++ {
 			out := dst[p*nr : p*nr+nr]
 			copy(out, b[(p0+p)*ldb+j0:(p0+p)*ldb+j0+nw])

@@ -61,7 +61,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			any = any || w
 		}
 		if any {
-			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.W.LMHead, p, gp, scaleOf(ad), u[:n*max(r, 1)], ar)
+			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.head, p, gp, scaleOf(ad), u[:n*max(r, 1)], ar)
 		}
 	}
 }

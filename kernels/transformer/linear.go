@@ -6,11 +6,13 @@ import (
 )
 
 // weight is a frozen projection: W [out, in] row-major, and for float32
-// models the same matrix packed once for the forward product (nil for the
-// float64 reference path).
+// models the same matrix packed once as Wᵀ for the forward product and, for
+// the LM head (re-used by every chunk of tokens), as W for the input
+// gradient. The packed copies are nil on the float64 reference path.
 type weight[F gemm.Float] struct {
 	W      []F
-	packed *gemm.Packed
+	packed *gemm.Packed // B = Wᵀ
+	grad   *gemm.Packed // B = W, or nil
 }
 
 // linear computes y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ.
@@ -18,7 +20,7 @@ type weight[F gemm.Float] struct {
 // u: [T, r] receives x·Aᵀ for the backward pass (unused when p is nil).
 func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.Pair[F], s F, u []F) {
 	if w.packed != nil {
-		w.packed.MulT(false, T, 1, any(x).([]float32), in, 0, any(y).([]float32), out)
+		w.packed.Mul(false, T, 1, any(x).([]float32), in, 0, any(y).([]float32), out)
 	} else {
 		gemm.Gemm(false, true, T, out, in, 1, x, in, w.W, in, 0, y, out)
 	}
@@ -44,9 +46,13 @@ func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.
 //	du  = s·dy·B     [T, r]
 //	dA += duᵀ·x      [r, in]
 //	dx += dy·W + du·A
-func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, W []F, p, gp *lora.Pair[F], s F, u []F, ar *Arena[F]) {
-	if dx != nil {
-		gemm.Gemm(false, false, T, in, out, 1, dy, out, W, in, 1, dx, in)
+func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, w weight[F], p, gp *lora.Pair[F], s F, u []F, ar *Arena[F]) {
+	switch {
+	case dx == nil:
+	case w.grad != nil:
+		w.grad.Mul(false, T, 1, any(dy).([]float32), out, 1, any(dx).([]float32), in)
+	default:
+		gemm.Gemm(false, false, T, in, out, 1, dy, out, w.W, in, 1, dx, in)
 	}
 	if p == nil {
 		return

@@ -23,15 +23,16 @@ type Model[F gemm.Float] struct {
 }
 
 // New prepares weights for running. For float32 every projection and the LM
-// head is also packed once for the forward product (see gemm.Packed); that
-// copy costs as much memory again as the weights.
+// head is also packed once for the forward product (see gemm.Packed), and the
+// head once more for its input gradient: memory for the weights roughly
+// doubles, plus one more copy of the head.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
 	_, f32 := any(w.Embed).([]float32)
 	wrap := func(W []F, out, in int) weight[F] {
 		wt := weight[F]{W: W}
 		if f32 {
-			wt.packed = gemm.Pack(any(W).([]float32), out, in, in)
+			wt.packed = gemm.PackT(any(W).([]float32), out, in, in)
 		}
 		return wt
 	}
@@ -46,6 +47,9 @@ func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 		}
 	}
 	m.head = wrap(w.LMHead, c.Vocab, c.Hidden)
+	if f32 {
+		m.head.grad = gemm.PackN(any(w.LMHead).([]float32), c.Vocab, c.Hidden, c.Hidden)
+	}
 	return m
 }
 
@@ -226,8 +230,8 @@ func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lor
 	return grads.Layers[l][mod]
 }
 
-func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx, dy, x []F, T, in, out int, W []F) {
-	linearBackward(dx, dy, x, T, in, out, W, pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod], ar)
+func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx, dy, x []F, T, in, out int) {
+	linearBackward(dx, dy, x, T, in, out, m.proj[l][mod], pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod], ar)
 }
 
 // layerBackward takes dL/d(layer output) and returns dL/d(layer input); the
@@ -241,17 +245,17 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	// out = x2 + down(silu(g)⊙u)
 	dx2 := ar.Clone(dout)
 	da := ar.Alloc(T * I)
-	m.projBackward(ad, grads, l, lora.Down, la, ar, da, dout, la.a, T, I, D, w.Wd)
+	m.projBackward(ad, grads, l, lora.Down, la, ar, da, dout, la.a, T, I, D)
 	dg, du := ar.Alloc(T*I), ar.Alloc(T*I)
 	ops.SwiGLUBackward(dg, du, da, la.g, la.u)
 	dh2 := ar.Alloc(T * D)
-	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, dg, la.h2, T, D, I, w.Wg)
-	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, du, la.h2, T, D, I, w.Wu)
+	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, dg, la.h2, T, D, I)
+	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, du, la.h2, T, D, I)
 	ops.RMSNormBackward(dx2, dh2, la.x2, w.MLPNorm, la.inv2, T, D)
 
 	// x2 = x + o_proj(attn)
 	dattn := ar.Alloc(T * Q)
-	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, dx2, la.attn, T, Q, D, w.Wo)
+	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, dx2, la.attn, T, Q, D)
 	dq, dk, dv := ar.Alloc(T*Q), ar.Alloc(T*KV), ar.Alloc(T*KV)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
@@ -270,9 +274,9 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	if needDx {
 		dh1 = ar.Alloc(T * D)
 	}
-	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, dq, la.h1, T, D, Q, w.Wq)
-	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, dk, la.h1, T, D, KV, w.Wk)
-	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, dv, la.h1, T, D, KV, w.Wv)
+	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, dq, la.h1, T, D, Q)
+	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, dk, la.h1, T, D, KV)
+	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, dv, la.h1, T, D, KV)
 	if !needDx {
 		return nil
 	}
