@@ -74,25 +74,32 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 // one-row kernel: the 6-row micro-kernel would compute mostly padding.
 const packedGemvM = 4
 
-// gemv serves few rows (single-stream decode): one parallel region, each
-// worker walking its panels front to back through every k block, so W is
-// read once as a single stream per worker.
+// gemv serves few rows (single-stream decode): one parallel region; each
+// worker takes a range of panels and walks the k blocks outermost, so within
+// a block its panels are one sequential stream, the access pattern memory
+// prefetchers serve best.
 func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
 	panels := (n + nr - 1) / nr
 	par.For(panels, 4, func(lo, hi int) {
+		acc := make([][nr]float32, (hi-lo)*m) // [panel][row] partial sums
+		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+			kb := min(kc, k-pc)
+			base := p.data[p.blocks[bi]:]
+			for q := lo; q < hi; q++ {
+				panel := base[q*nr*kb : (q+1)*nr*kb]
+				for i := 0; i < m; i++ {
+					gemv16(a[i*lda+pc:i*lda+pc+kb], panel, &acc[(q-lo)*m+i])
+				}
+			}
+		}
 		for q := lo; q < hi; q++ {
 			j0 := q * nr
 			nw := min(nr, n-j0)
 			for i := 0; i < m; i++ {
-				var y [nr]float32
-				for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
-					kb := min(kc, k-pc)
-					gemv16(a[i*lda+pc:i*lda+pc+kb], p.data[p.blocks[bi]+q*nr*kb:p.blocks[bi]+(q+1)*nr*kb], &y)
-				}
 				row := c[i*ldc+j0 : i*ldc+j0+nw]
 				for j := range row {
-					row[j] += alpha * y[j]
+					row[j] += alpha * acc[(q-lo)*m+i][j]
 				}
 			}
 		}
