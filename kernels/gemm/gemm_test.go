@@ -60,7 +60,7 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 func TestSgemmMatchesRef(t *testing.T) {
 	r := rng.New(3)
 	shapes := [][3]int{{1, 1, 1}, {1, 37, 19}, {3, 5, 300}, {6, 16, 4}, {7, 17, 5}, {13, 33, 257}, {96, 64, 256},
-		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
+		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {512, 16, 512}, {100, 24, 700}, {13, 32, 5}, {37, 7, 300}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
 	for _, s := range shapes {
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
@@ -114,6 +114,19 @@ func TestKernelsMatchPortable(t *testing.T) {
 		for i := range g1 {
 			if math.Abs(float64(g1[i]-g2[i])) > 1e-4 {
 				t.Fatalf("gemv16 k=%d: %v vs %v", k, g1, g2)
+			}
+		}
+		for _, ta := range []bool{false, true} {
+			a := randSlice(r, (k+mr)*(k+mr))
+			bp := randSlice(r, k*nr)
+			c1 := randSlice(r, mr*20)
+			c2 := append([]float32(nil), c1...)
+			kernelInPlace(ta, k, a, k+mr, bp, c1, 20)
+			kernelInPlaceGo(ta, k, a, k+mr, bp, c2, 20)
+			for i := range c1 {
+				if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
+					t.Fatalf("in-place kernel ta=%v k=%d [%d]: %v vs %v", ta, k, i, c1[i], c2[i])
+				}
 			}
 		}
 		y1, y2 := randSlice(r, k), make([]float32, k)

@@ -17,6 +17,31 @@ func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
 func dotAVX(k int, x, y *float32) float32
 
 //go:noescape
+func kernelRowsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
+
+//go:noescape
+func kernelColsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
+
+// kernelInPlace adds A·B into the 6×16 tile at c, with A read where it lies:
+// six rows of a row-major matrix (ta false) or six adjacent columns of one
+// stored transposed (ta true), k deep from a[0]. b is a packed panel.
+func kernelInPlace(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
+	if !useAVX || k == 0 {
+		kernelInPlaceGo(ta, k, a, lda, b, c, ldc)
+		return
+	}
+	_ = b[k*nr-1]
+	_ = c[(mr-1)*ldc+nr-1]
+	if ta {
+		_ = a[(k-1)*lda+mr-1]
+		kernelColsAVX(k, &a[0], lda, &b[0], &c[0], ldc)
+		return
+	}
+	_ = a[(mr-1)*lda+k-1]
+	kernelRowsAVX(k, &a[0], lda, &b[0], &c[0], ldc)
+}
+
+//go:noescape
 func gemv16AVX(k int, x, panel, y *float32)
 
 // gemv16 adds Σ_p x[p]·panel[p][0:16] into y[0:16] (one packed panel).

@@ -388,3 +388,110 @@ g16store:
 	VMOVUPS Y1, 32(DX)
 	VZEROUPPER
 	RET
+
+// In-place A variants of the 6x16 kernel for narrow products, where packing
+// A would cost as much as the multiply. B is a packed panel as before.
+
+// One k step with A's six values at (R11), (R11)(R9), (R11)(R9*2), (R12),
+// (R12)(R9), (R12)(R9*2): six rows of a row-major A.
+#define STEPROWS \
+	VMOVUPS (DI), Y12 \
+	VMOVUPS 32(DI), Y13 \
+	VBROADCASTSS (R11), Y14 \
+	VFMADD231PS Y12, Y14, Y0 \
+	VFMADD231PS Y13, Y14, Y1 \
+	VBROADCASTSS (R11)(R9*1), Y15 \
+	VFMADD231PS Y12, Y15, Y2 \
+	VFMADD231PS Y13, Y15, Y3 \
+	VBROADCASTSS (R11)(R9*2), Y14 \
+	VFMADD231PS Y12, Y14, Y4 \
+	VFMADD231PS Y13, Y14, Y5 \
+	VBROADCASTSS (R12), Y15 \
+	VFMADD231PS Y12, Y15, Y6 \
+	VFMADD231PS Y13, Y15, Y7 \
+	VBROADCASTSS (R12)(R9*1), Y14 \
+	VFMADD231PS Y12, Y14, Y8 \
+	VFMADD231PS Y13, Y14, Y9 \
+	VBROADCASTSS (R12)(R9*2), Y15 \
+	VFMADD231PS Y12, Y15, Y10 \
+	VFMADD231PS Y13, Y15, Y11 \
+	ADDQ $4, R11 \
+	ADDQ $4, R12 \
+	ADDQ $64, DI
+
+#define ZERO12 \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11
+
+// func kernelRowsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
+TEXT ·kernelRowsAVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), R11
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	LEAQ (R11)(R9*2), R12
+	ADDQ R9, R12
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	ZERO12
+	TESTQ CX, CX
+	JE   krstore
+
+krloop:
+	STEPROWS
+	DECQ CX
+	JNZ  krloop
+
+krstore:
+	STORE(Y0, Y1)
+	STORE(Y2, Y3)
+	STORE(Y4, Y5)
+	STORE(Y6, Y7)
+	STORE(Y8, Y9)
+	STORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func kernelColsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
+// A transposed in place: step p reads the six adjacent values at a + p·lda.
+TEXT ·kernelColsAVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	ZERO12
+	TESTQ CX, CX
+	JE   kcstore
+
+kcloop:
+	STEP(0, 0)
+	ADDQ R9, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  kcloop
+
+kcstore:
+	STORE(Y0, Y1)
+	STORE(Y2, Y3)
+	STORE(Y4, Y5)
+	STORE(Y6, Y7)
+	STORE(Y8, Y9)
+	STORE(Y10, Y11)
+	VZEROUPPER
+	RET

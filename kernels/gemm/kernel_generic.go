@@ -76,3 +76,27 @@ func gemv16Go(x, panel []float32, y *[nr]float32) {
 		}
 	}
 }
+
+// kernelInPlaceGo is kernelInPlace's portable twin.
+func kernelInPlaceGo(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
+	var acc [mr][nr]float32
+	for p := 0; p < k; p++ {
+		bp := b[p*nr : p*nr+nr]
+		for i := 0; i < mr; i++ {
+			idx := i*lda + p
+			if ta {
+				idx = p*lda + i
+			}
+			ai := a[idx]
+			for j := 0; j < nr; j++ {
+				acc[i][j] += ai * bp[j]
+			}
+		}
+	}
+	for i := 0; i < mr; i++ {
+		row := c[i*ldc : i*ldc+nr]
+		for j := range row {
+			row[j] += acc[i][j]
+		}
+	}
+}

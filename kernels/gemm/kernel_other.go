@@ -8,6 +8,10 @@ func dot4(x, w []float32, ldw int, out *[4]float32) { dot4Go(x, w, ldw, out) }
 
 func dot(x, y []float32) float32 { return dotGo(x, y) }
 
+func kernelInPlace(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
+	kernelInPlaceGo(ta, k, a, lda, b, c, ldc)
+}
+
 func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
 
 func axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }

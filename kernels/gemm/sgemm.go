@@ -60,6 +60,10 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		rowAxpyGemm(m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
+	if n <= narrowN && m >= 2*mr {
+		narrowGemm(loop, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
 	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
 	defer packPool.Put(bufB)
 	blocked(loop, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
@@ -73,6 +77,80 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		})
 		return pb
 	})
+}
+
+// narrowN is the output width up to which A is read in place instead of
+// packed. A packed element of A serves n multiply-adds, so for LoRA's rank-r
+// products (n = r) packing the activations cost as much as multiplying them.
+const narrowN = 2 * nr
+
+// narrowGemm serves products with a narrow op(B) (n <= narrowN): B, small,
+// is packed whole with alpha folded in; A is read where it lies by the
+// in-place kernels, six rows at a time; leftover rows go through a packed
+// edge tile.
+func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	panels := (n + nr - 1) / nr
+	buf := getBuf(panels * nr * k)
+	defer packPool.Put(buf)
+	pb := *buf // per kc block at offset pc·panels·nr: panels of kb×nr
+	for pc := 0; pc < k; pc += kc {
+		kb := min(kc, k-pc)
+		for q := 0; q < panels; q++ {
+			dst := pb[pc*panels*nr+q*nr*kb : pc*panels*nr+(q+1)*nr*kb]
+			packB(tb, b, ldb, pc, kb, q*nr, min(nr, n-q*nr), dst)
+			if alpha != 1 {
+				for i := range dst {
+					dst[i] *= alpha
+				}
+			}
+		}
+	}
+	full := m / mr
+	tile := func(i0 int, edge bool) {
+		var ap [mr * kc]float32
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			if edge {
+				packA(ta, a, lda, i0, m-i0, pc, kb, 1, ap[:mr*kb])
+			}
+			for q := 0; q < panels; q++ {
+				bp := pb[pc*panels*nr+q*nr*kb : pc*panels*nr+(q+1)*nr*kb]
+				j0 := q * nr
+				if !edge && j0+nr <= n {
+					off := i0*lda + pc
+					if ta {
+						off = pc*lda + i0
+					}
+					kernelInPlace(ta, kb, a[off:], lda, bp, c[i0*ldc+j0:], ldc)
+					continue
+				}
+				var t [mr * nr]float32
+				if edge {
+					kernel6x16(kb, ap[:mr*kb], bp, t[:], nr)
+				} else {
+					off := i0*lda + pc
+					if ta {
+						off = pc*lda + i0
+					}
+					kernelInPlace(ta, kb, a[off:], lda, bp, t[:], nr)
+				}
+				for i := 0; i < min(mr, m-i0); i++ {
+					row := c[(i0+i)*ldc+j0 : (i0+i)*ldc+min(j0+nr, n)]
+					for j := range row {
+						row[j] += t[i*nr+j]
+					}
+				}
+			}
+		}
+	}
+	loop(full, 4, func(lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			tile(blk*mr, false)
+		}
+	})
+	if full*mr < m {
+		tile(full*mr, true)
+	}
 }
 
 // blocked is the packed GEMM's loop nest (BLIS order). panelsOf returns the
