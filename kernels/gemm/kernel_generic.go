@@ -6,24 +6,9 @@ package gemm
 
 // kernel6x16Go adds the product of a packed A panel (k×mr, p-major) and a
 // packed B panel (k×nr, p-major) into the mr×nr tile at c with row stride ldc.
+// A packed A panel is A stored transposed with a row stride of mr.
 func kernel6x16Go(k int, a, b, c []float32, ldc int) {
-	var acc [mr][nr]float32
-	for p := 0; p < k; p++ {
-		bp := b[p*nr : p*nr+nr]
-		ap := a[p*mr : p*mr+mr]
-		for i := 0; i < mr; i++ {
-			ai := ap[i]
-			for j := 0; j < nr; j++ {
-				acc[i][j] += ai * bp[j]
-			}
-		}
-	}
-	for i := 0; i < mr; i++ {
-		row := c[i*ldc : i*ldc+nr]
-		for j := range row {
-			row[j] += acc[i][j]
-		}
-	}
+	kernelInPlaceGo(true, k, a, mr, b, c, ldc)
 }
 
 func dotGo(x, y []float32) float32 {

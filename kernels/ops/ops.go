@@ -78,33 +78,36 @@ func sigmoidChunk[F Float](s, g []F) {
 	}
 }
 
-// SwiGLU: a = silu(g) ⊙ u = g·sigmoid(g)·u. g, u, a: [T, I] flattened; a
-// may alias g.
-func SwiGLU[F Float](a, g, u []F) {
-	par.For(len(a), 4096, func(lo, hi int) {
+// withSigmoid runs fn over [0, len(g)) in parallel chunks, handing it each
+// chunk's sigmoid(g[lo:hi]).
+func withSigmoid[F Float](g []F, fn func(lo, hi int, s []F)) {
+	par.For(len(g), 4096, func(lo, hi int) {
 		var s [vecChunk]F
 		for c := lo; c < hi; c += vecChunk {
 			e := min(c+vecChunk, hi)
 			sigmoidChunk(s[:e-c], g[c:e])
-			for i := c; i < e; i++ {
-				a[i] = g[i] * s[i-c] * u[i]
-			}
+			fn(c, e, s[:e-c])
+		}
+	})
+}
+
+// SwiGLU: a = silu(g) ⊙ u = g·sigmoid(g)·u. g, u, a: [T, I] flattened; a
+// may alias g.
+func SwiGLU[F Float](a, g, u []F) {
+	withSigmoid(g, func(lo, hi int, s []F) {
+		for i := lo; i < hi; i++ {
+			a[i] = g[i] * s[i-lo] * u[i]
 		}
 	})
 }
 
 // SwiGLUBackward adds into dg and du given da.
 func SwiGLUBackward[F Float](dg, du, da, g, u []F) {
-	par.For(len(da), 4096, func(lo, hi int) {
-		var sb [vecChunk]F
-		for c := lo; c < hi; c += vecChunk {
-			e := min(c+vecChunk, hi)
-			sigmoidChunk(sb[:e-c], g[c:e])
-			for i := c; i < e; i++ {
-				s := sb[i-c]
-				du[i] += da[i] * g[i] * s
-				dg[i] += da[i] * u[i] * s * (1 + g[i]*(1-s))
-			}
+	withSigmoid(g, func(lo, hi int, sb []F) {
+		for i := lo; i < hi; i++ {
+			s := sb[i-lo]
+			du[i] += da[i] * g[i] * s
+			dg[i] += da[i] * u[i] * s * (1 + g[i]*(1-s))
 		}
 	})
 }
