@@ -45,9 +45,6 @@ func pack(tb bool, w []float32, n, k, ldw int) *Packed {
 	return p
 }
 
-// Bytes is the memory the packed copy holds.
-func (p *Packed) Bytes() int { return 4 * len(p.data) }
-
 // Mul computes C = alpha·op(A)·B + beta·C for op(A) [m, K] (A transposed
 // when ta), C [m, N].
 func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {

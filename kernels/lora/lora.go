@@ -233,12 +233,3 @@ func (a *Adapter[F]) Float64() *Adapter[float64] {
 	}
 	return c
 }
-
-// Count is the number of trainable values.
-func (a *Adapter[F]) Count() int {
-	n := 0
-	for _, p := range a.Params() {
-		n += len(p.Data)
-	}
-	return n
-}

@@ -128,9 +128,6 @@ func New(name string, config map[string]float64) (*Fn, error) {
 	return f, nil
 }
 
-// Config returns the effective configuration (defaults filled in).
-func (f *Fn) Config() map[string]float64 { return f.config }
-
 // Check validates a datum's inputs for this loss: required ones present,
 // nothing unexpected, every slice as long as the model input, all finite.
 func (f *Fn) Check(in *Inputs, n int) error {
