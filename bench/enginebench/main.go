@@ -30,7 +30,7 @@ type report struct {
 	Model          string  `json:"model"`
 	Threads        int     `json:"threads"`
 	Tokens         int     `json:"tokens_per_step"`
-	FwdBwdTokPerS  float64 `json:"fwd_bwd_tokens_per_s"`
+	FwdBwdTokPerS  float64 `json:"fwd_bwd_tokens_per_s,omitempty"`
 	DecodeTokPerS  float64 `json:"decode_tokens_per_s,omitempty"`
 	BoundTokPerS   float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
 	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s,omitempty"`
