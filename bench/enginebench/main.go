@@ -84,9 +84,8 @@ func main() {
 	rep := report{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
-			if _, err := tr.ForwardBackward(data, "cross_entropy", nil); err != nil {
-				panic(err)
-			}
+			_, err := tr.ForwardBackward(data, "cross_entropy", nil)
+			check(err)
 		})
 	}
 	if *decode > 0 {
@@ -95,9 +94,7 @@ func main() {
 			secs := median(3, func() {
 				_, err := sampler.Sample(m, ad, sampler.Request{Prompt: prompt, NumSamples: n,
 					Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
-				if err != nil {
-					panic(err)
-				}
+				check(err)
 			})
 			return float64(n**decode) / secs
 		}
@@ -116,6 +113,15 @@ func main() {
 	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
+}
+
+// check ends the benchmark on an engine error: a figure measured around a
+// failure would mean nothing.
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "enginebench:", err)
+		os.Exit(1)
+	}
 }
 
 func median(n int, f func()) float64 {
