@@ -91,8 +91,8 @@ type Metrics struct {
 var ErrNonFinite = kerr.ErrNonFinite
 
 // Update applies one AdamW update to params from grads (same shapes, same
-// order as the state). Clipping scales grads in place. On error nothing —
-// parameters, moments, step count — has changed.
+// order as the state). grads are only read: clipping scales each value as it
+// is used. On error nothing — parameters, moments, step count — has changed.
 func (s *State) Update(params, grads [][]float32, p Params) (Metrics, error) {
 	if err := p.Validate(); err != nil {
 		return Metrics{}, err

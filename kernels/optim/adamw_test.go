@@ -76,3 +76,18 @@ func TestValidate(t *testing.T) {
 		t.Fatal("defaults rejected")
 	}
 }
+
+// Update only reads the gradient, clipped or not: the trainer relies on it to
+// keep its accumulator intact when a step is refused.
+func TestGradientsNotMutated(t *testing.T) {
+	s := NewState([]int{2})
+	g := []float32{30, 40}
+	p := Defaults()
+	p.GradClipNorm = 1
+	if _, err := s.Update([][]float32{{0, 0}}, [][]float32{g}, p); err != nil {
+		t.Fatal(err)
+	}
+	if g[0] != 30 || g[1] != 40 {
+		t.Fatalf("gradient changed to %v", g)
+	}
+}

@@ -101,11 +101,6 @@ func (t *Trainer) OptimStep(p optim.Params) (optim.Metrics, error) {
 	for i := range params {
 		pw[i], gw[i] = params[i].Data, grads[i].Data
 	}
-	// Clipping scales the gradient in place; work on a copy so a refused
-	// step leaves the accumulator intact.
-	for i := range gw {
-		gw[i] = append([]float32(nil), gw[i]...)
-	}
 	m, err := t.opt.Update(pw, gw, p)
 	if err != nil {
 		return m, err
