@@ -135,3 +135,29 @@ func TestLoadPEFTWrittenConfig(t *testing.T) {
 		t.Fatalf("DoRA accepted: %v", err)
 	}
 }
+
+// LoadPEFT reads adapter_config.json from outside: it must never panic on
+// one, and accept only configurations it can honour.
+func FuzzLoadPEFTConfig(f *testing.F) {
+	mc := model.Presets["tiny"]
+	dir := f.TempDir()
+	a, _ := New(mc, cfg(true, true, true))
+	if err := SavePEFT(dir, a, "tiny"); err != nil {
+		f.Fatal(err)
+	}
+	good, _ := os.ReadFile(filepath.Join(dir, ConfigFile))
+	f.Add(good)
+	f.Add([]byte(`{"peft_type":"LORA","r":4,"lora_alpha":8,"target_modules":"q_proj,v_proj"}`))
+	f.Fuzz(func(t *testing.T, js []byte) {
+		if err := os.WriteFile(filepath.Join(dir, ConfigFile), js, 0o644); err != nil {
+			t.Skip()
+		}
+		b, err := LoadPEFT(dir, mc)
+		if err != nil {
+			return
+		}
+		if b.Cfg.Validate() != nil || b.Cfg.Rank != 4 {
+			t.Fatalf("accepted %s as %+v", js, b.Cfg)
+		}
+	})
+}

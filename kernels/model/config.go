@@ -141,10 +141,26 @@ func ParseConfig(data []byte) (Config, error) {
 	return c, c.Validate()
 }
 
+// maxDim bounds every dimension of a config (and maxLayers the depth): far
+// beyond any model this engine can hold, and small enough that products of
+// two dimensions cannot overflow an int.
+const (
+	maxDim    = 1 << 24
+	maxLayers = 1 << 10
+)
+
 // Validate checks that the dimensions are positive and consistent.
 func (c Config) Validate() error {
 	if c.Vocab <= 0 || c.Hidden <= 0 || c.Intermediate <= 0 || c.Layers <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
 		return fmt.Errorf("config: dimensions must be positive: %+v", c)
+	}
+	for _, d := range []int{c.Vocab, c.Hidden, c.Intermediate, c.Heads, c.KVHeads, c.HeadDim, c.MaxPos, c.Heads * c.HeadDim} {
+		if d > maxDim {
+			return fmt.Errorf("config: dimension %d is beyond %d", d, maxDim)
+		}
+	}
+	if c.Layers > maxLayers {
+		return fmt.Errorf("config: %d layers is beyond %d", c.Layers, maxLayers)
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("config: %d attention heads are not a multiple of %d kv heads", c.Heads, c.KVHeads)

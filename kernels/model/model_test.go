@@ -145,3 +145,26 @@ func TestParseHFQwen3(t *testing.T) {
 		t.Fatalf("parsed %+v\nwant   %+v", c, want)
 	}
 }
+
+// ParseConfig takes files from outside: it must never panic, and whatever it
+// accepts must be a consistent configuration.
+func FuzzParseConfig(f *testing.F) {
+	for _, name := range PresetNames() {
+		js, _ := Presets[name].HFJSON()
+		f.Add(js)
+	}
+	f.Add([]byte(`{"model_type":"llama","vocab_size":8,"hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,
+		"num_attention_heads":4611686018427387904,"head_dim":4,"max_position_embeddings":8}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("accepted an invalid config: %v", err)
+		}
+		if c.QDim() <= 0 || c.KVDim() <= 0 || c.ParamCount() <= 0 {
+			t.Fatalf("accepted config has non-positive sizes: %+v", c)
+		}
+	})
+}
