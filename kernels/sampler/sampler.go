@@ -96,7 +96,7 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 		return nil, err
 	}
 	res := &Result{Sequences: make([]Sequence, q.NumSamples)}
-	P, D, V := len(q.Prompt), c.Hidden, c.Vocab
+	P, D := len(q.Prompt), c.Hidden
 	var last []float32
 	wantPrompt := q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0
 	if wantPrompt {
@@ -121,39 +121,42 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 	}
 	streams := make([]*rng.Source, q.NumSamples)
 	caches := make([]*transformer.Cache[float32], q.NumSamples)
-	bufs := make([][]candidate, q.NumSamples)
-	active := make([]int, 0, q.NumSamples) // indices of unfinished samples
+	bufs := make([][]candidate, q.NumSamples) // per sample; grows to the survivors it meets
 	for i := range streams {
 		// Sample i's stream depends only on (seed, i): reproducible whatever
 		// else is batched with it.
 		streams[i] = rng.Derive(seed, uint64(i))
 		caches[i] = root.Fork()
-		bufs[i] = make([]candidate, 0, V)
-		active = append(active, i)
 	}
-	ar := transformer.NewArena[float32]()   // the head's logits, reused every step
-	rows := make([][]float32, q.NumSamples) // each sample's latest logits [V]
-	for i := range rows {
-		rows[i] = append([]float32(nil), last...)
+	// draw appends sample i's next token from its logits row. The head calls
+	// it from several goroutines at once, for distinct samples.
+	draw := func(i int, row []float32) {
+		tok, lp, b := pick(row, &q.Params, streams[i], bufs[i])
+		bufs[i] = b
+		s := &res.Sequences[i]
+		s.Tokens = append(s.Tokens, tok)
+		s.Logprobs = append(s.Logprobs, lp)
+		switch {
+		case stop[tok]:
+			s.StopReason = StopToken
+		case len(s.Tokens) >= q.Params.MaxTokens:
+			s.StopReason = StopLength
+		}
 	}
-	for len(active) > 0 {
+	active := make([]int, q.NumSamples) // indices of unfinished samples
+	for i := range active {
+		active[i] = i
+		draw(i, last)
+	}
+	ar := transformer.NewArena[float32]() // the head's logits, reused every step
+	for {
 		next := active[:0:0]
 		var feed []int
 		var feedCaches []*transformer.Cache[float32]
 		for _, i := range active {
-			tok, lp, b := pick(rows[i], &q.Params, streams[i], bufs[i])
-			bufs[i] = b
-			s := &res.Sequences[i]
-			s.Tokens = append(s.Tokens, tok)
-			s.Logprobs = append(s.Logprobs, lp)
-			switch {
-			case stop[tok]:
-				s.StopReason = StopToken
-			case len(s.Tokens) >= q.Params.MaxTokens:
-				s.StopReason = StopLength
-			default:
+			if s := &res.Sequences[i]; s.StopReason == "" {
 				next = append(next, i)
-				feed = append(feed, tok)
+				feed = append(feed, s.Tokens[len(s.Tokens)-1])
 				feedCaches = append(feedCaches, caches[i])
 			}
 		}
@@ -165,9 +168,9 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 		if err != nil {
 			return nil, err
 		}
-		ar.Reset() // last step's logits are copied out already
+		ar.Reset()
 		m.Head(ad, nil, h, len(active), nil, ar, func(b int, row []float32) bool {
-			copy(rows[active[b]], row)
+			draw(active[b], row)
 			return false
 		})
 	}
