@@ -67,8 +67,8 @@ func (m *Model[F]) Extend(ad *lora.Adapter[F], c *Cache[F], tokens []int) ([]F, 
 	return hidden, nil
 }
 
-// step is the per-pass scratch of a cached forward: rows of new tokens, the
-// positions they take, and how attention finds each row's keys.
+// step is the per-pass scratch of a cached forward: one row per new token,
+// and the RoPE table for the positions they take.
 type step[F gemm.Float] struct {
 	x, h, q, k, v, attn, g, u []F
 	rope                      *ops.RopeTable[F]
@@ -92,6 +92,7 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 	c := m.W.Cfg
 	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	inv := make([]F, T)
+	qInv, kInv := make([]F, T*c.Heads), make([]F, T*c.KVHeads) // Qwen3 head-norm factors
 	var lu []F
 	if ad != nil {
 		lu = make([]F, T*ad.Cfg.Rank)
@@ -104,8 +105,8 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 		linear(s.k, s.h, T, D, KV, pw[lora.K], w.Bk, pairOf(ad, l, lora.K), sc, lu)
 		linear(s.v, s.h, T, D, KV, pw[lora.V], w.Bv, pairOf(ad, l, lora.V), sc, lu)
 		if c.QKNorm {
-			ops.HeadNorm(s.q, s.attn, make([]F, T*c.Heads), w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
-			ops.HeadNorm(s.k, s.attn, make([]F, T*c.KVHeads), w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
+			ops.HeadNorm(s.q, s.attn, qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
+			ops.HeadNorm(s.k, s.attn, kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
 		}
 		s.rope.Rope(s.q, T, c.Heads)
 		s.rope.Rope(s.k, T, c.KVHeads)
