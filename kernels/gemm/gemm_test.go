@@ -60,7 +60,8 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 func TestSgemmMatchesRef(t *testing.T) {
 	r := rng.New(3)
 	shapes := [][3]int{{1, 1, 1}, {1, 37, 19}, {3, 5, 300}, {6, 16, 4}, {7, 17, 5}, {13, 33, 257}, {96, 64, 256},
-		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {512, 16, 512}, {100, 24, 700}, {13, 32, 5}, {37, 7, 300}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130}}
+		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {512, 16, 512}, {100, 24, 700}, {13, 32, 5}, {37, 7, 300}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130},
+		{2, 64, 80}, {4, 128, 33}, {1, 100, 5}, {16, 1280, 16}, {16, 16, 512}, {16, 70, 3}}
 	for _, s := range shapes {
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
@@ -80,8 +81,10 @@ func TestKernelsMatchPortable(t *testing.T) {
 		a, b := randSlice(r, k*mr), randSlice(r, k*nr)
 		c1 := randSlice(r, mr*20)
 		c2 := append([]float32(nil), c1...)
-		kernel6x16(k, a, b, c1, 20)
+		kernel6x16(k, a, b, c1, 20, &b[0])
 		kernel6x16Go(k, a, b, c2, 20)
+		kernel4x16(k, a, b, c1[2:], 20, &b[0])
+		kernel4x16Go(k, a, b, c2[2:], 20)
 		for i := range c1 {
 			if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
 				t.Fatalf("kernel k=%d [%d]: %v vs %v", k, i, c1[i], c2[i])
@@ -214,7 +217,7 @@ func BenchmarkKernel(b *testing.B) {
 	const k = 256
 	a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
 	for i := 0; i < b.N; i++ {
-		kernel6x16(k, a, bp, c, nr)
+		kernel6x16(k, a, bp, c, nr, &bp[0])
 	}
 	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
@@ -253,5 +256,50 @@ func TestPackedMatchesRef(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkPackedCold is a decode step's products: m rows (one per sequence)
+// against a model-sized set of packed [n,k] weights, far larger than the
+// caches, so each weight streams from memory once per pass.
+func BenchmarkPackedCold(b *testing.B) {
+	for _, m := range []int{1, 16} {
+		for _, s := range [][2]int{{512, 512}, {1280, 512}, {512, 1280}, {3072, 1024}, {1024, 3072}} {
+			n, k := s[0], s[1]
+			b.Run(fmt.Sprintf("m%d/%dx%d", m, n, k), func(b *testing.B) {
+				count := (256 << 20) / (4 * n * k)
+				r := rng.New(1)
+				ws := make([]*Packed, count)
+				for i := range ws {
+					ws[i] = PackT(randSlice(r, n*k), n, k, k)
+				}
+				x, c := randSlice(r, m*k), make([]float32, m*n)
+				b.SetBytes(int64(4 * n * k * count))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for _, w := range ws {
+						w.Mul(false, m, 1, x, k, 0, c, n)
+					}
+				}
+				b.ReportMetric(2*float64(m*n*k*count)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkFewRows is batched decoding's LoRA products: 16 rows through a
+// rank-16 pair, x·Aᵀ (n = r) and then u·Bᵀ (k = r).
+func BenchmarkFewRows(b *testing.B) {
+	for _, s := range [][3]int{{16, 16, 512}, {16, 1280, 16}, {16, 16, 1024}, {16, 3072, 16}} {
+		m, n, k := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
+			r := rng.New(1)
+			x, w, c := randSlice(r, m*k), randSlice(r, n*k), make([]float32, m*n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				Sgemm(false, true, m, n, k, 1, x, k, w, k, 1, c, n)
+			}
+			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }

@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func kernel6x16AVX(k int, a, b, c *float32, ldc int)
+func kernel6x16AVX(k int, a, b, c *float32, ldc int, next *float32)
 
 //go:noescape
 func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
@@ -99,7 +99,23 @@ func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) {
 	}
 }
 
-func kernel6x16(k int, a, b, c []float32, ldc int) {
+//go:noescape
+func kernel4x16AVX(k int, a, b, c *float32, ldc int, next *float32)
+
+// kernel4x16 is kernel6x16 for the first four rows of the tile only (a is
+// still packed six wide); it adds into a 4×16 tile of c.
+func kernel4x16(k int, a, b, c []float32, ldc int, next *float32) {
+	if !useAVX || k == 0 {
+		kernel4x16Go(k, a, b, c, ldc)
+		return
+	}
+	_ = a[k*mr-1]
+	_ = b[k*nr-1]
+	_ = c[3*ldc+nr-1]
+	kernel4x16AVX(k, &a[0], &b[0], &c[0], ldc, next)
+}
+
+func kernel6x16(k int, a, b, c []float32, ldc int, next *float32) {
 	if !useAVX || k == 0 {
 		kernel6x16Go(k, a, b, c, ldc)
 		return
@@ -108,7 +124,7 @@ func kernel6x16(k int, a, b, c []float32, ldc int) {
 	_ = a[k*mr-1]
 	_ = b[k*nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
-	kernel6x16AVX(k, &a[0], &b[0], &c[0], ldc)
+	kernel6x16AVX(k, &a[0], &b[0], &c[0], ldc, next)
 }
 
 func dot4(x, w []float32, ldw int, out *[4]float32) {
@@ -128,4 +144,23 @@ func dot(x, y []float32) float32 {
 	}
 	_ = y[k-1]
 	return dotAVX(k, &x[0], &y[0])
+}
+
+//go:noescape
+func rowStrip64AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
+
+// rowStrips adds alpha·a·B[:, 0:n] into c for a [k] and B [k, n] (row stride
+// ldb), 64 columns at a time, and returns how many columns it did.
+func rowStrips(alpha float32, a, b []float32, ldb, n int, c []float32) int {
+	k := len(a)
+	if !useAVX || k == 0 || n < 64 {
+		return 0
+	}
+	done := n &^ 63
+	_ = b[(k-1)*ldb+done-1]
+	_ = c[done-1]
+	for j := 0; j < done; j += 64 {
+		rowStrip64AVX(k, alpha, &a[0], &b[j], ldb, &c[j])
+	}
+	return done
 }

@@ -55,13 +55,14 @@
 	VMOVUPS hi, 32(DX) \
 	ADDQ R8, DX
 
-// func kernel6x16AVX(k int, a, b, c *float32, ldc int)
-TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-40
+// func kernel6x16AVX(k int, a, b, c *float32, ldc int, next *float32)
+TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-48
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), R8
+	MOVQ next+40(FP), R10
 	SHLQ $2, R8
 	// Touch the C tile now so its lines arrive while the k loop runs.
 	MOVQ DX, R9
@@ -80,12 +81,17 @@ TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-40
 
 loop4:
 	PREFETCHT0 384(SI)
+	PREFETCHT0 (R10)
 	STEP(0, 0)
+	PREFETCHT0 64(R10)
 	STEP(24, 64)
+	PREFETCHT0 128(R10)
 	STEP(48, 128)
+	PREFETCHT0 192(R10)
 	STEP(72, 192)
 	ADDQ $96, SI
 	ADDQ $256, DI
+	ADDQ $256, R10
 	DECQ BX
 	JNZ  loop4
 
@@ -107,6 +113,81 @@ store:
 	STORE(Y6, Y7)
 	STORE(Y8, Y9)
 	STORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// One k step of the 4x16 edge tile: as STEP, A still packed six wide.
+#define STEP4(aoff, boff) \
+	VMOVUPS boff(DI), Y12 \
+	VMOVUPS boff+32(DI), Y13 \
+	VBROADCASTSS aoff(SI), Y14 \
+	VFMADD231PS Y12, Y14, Y0 \
+	VFMADD231PS Y13, Y14, Y1 \
+	VBROADCASTSS aoff+4(SI), Y15 \
+	VFMADD231PS Y12, Y15, Y2 \
+	VFMADD231PS Y13, Y15, Y3 \
+	VBROADCASTSS aoff+8(SI), Y14 \
+	VFMADD231PS Y12, Y14, Y4 \
+	VFMADD231PS Y13, Y14, Y5 \
+	VBROADCASTSS aoff+12(SI), Y15 \
+	VFMADD231PS Y12, Y15, Y6 \
+	VFMADD231PS Y13, Y15, Y7
+
+// func kernel4x16AVX(k int, a, b, c *float32, ldc int, next *float32)
+// The bottom tile of a row block whose height leaves four rows or fewer
+// (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
+// it writes C directly.
+TEXT ·kernel4x16AVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	MOVQ next+40(FP), R10
+	SHLQ $2, R8
+	MOVQ DX, R9
+	PREFETCHROW
+	PREFETCHROW
+	PREFETCHROW
+	PREFETCHROW
+	ZERO8
+	MOVQ CX, BX
+	SHRQ $2, BX
+	ANDQ $3, CX
+	TESTQ BX, BX
+	JE   tail4
+
+loop44:
+	PREFETCHT0 (R10)
+	STEP4(0, 0)
+	PREFETCHT0 64(R10)
+	STEP4(24, 64)
+	PREFETCHT0 128(R10)
+	STEP4(48, 128)
+	PREFETCHT0 192(R10)
+	STEP4(72, 192)
+	ADDQ $96, SI
+	ADDQ $256, DI
+	ADDQ $256, R10
+	DECQ BX
+	JNZ  loop44
+
+tail4:
+	TESTQ CX, CX
+	JE    store4
+
+loop41:
+	STEP4(0, 0)
+	ADDQ $24, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop41
+
+store4:
+	STORE(Y0, Y1)
+	STORE(Y2, Y3)
+	STORE(Y4, Y5)
+	STORE(Y6, Y7)
 	VZEROUPPER
 	RET
 
@@ -460,5 +541,52 @@ kcstore:
 	STORE(Y6, Y7)
 	STORE(Y8, Y9)
 	STORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func rowStrip64AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
+// c[0:64] += alpha·Σ_{p<k} a[p]·b[p·ldb : p·ldb+64], with the 64 sums held in
+// registers (an axpy per p would load and store c k times).
+TEXT ·rowStrip64AVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R8
+	MOVQ c+40(FP), DX
+	SHLQ $2, R8
+	ZERO8
+
+strip64:
+	VBROADCASTSS (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VFMADD231PS 128(DI), Y8, Y4
+	VFMADD231PS 160(DI), Y8, Y5
+	VFMADD231PS 192(DI), Y8, Y6
+	VFMADD231PS 224(DI), Y8, Y7
+	ADDQ $4, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ  strip64
+
+	VBROADCASTSS alpha+8(FP), Y15
+	VFMADD213PS (DX), Y15, Y0
+	VFMADD213PS 32(DX), Y15, Y1
+	VFMADD213PS 64(DX), Y15, Y2
+	VFMADD213PS 96(DX), Y15, Y3
+	VFMADD213PS 128(DX), Y15, Y4
+	VFMADD213PS 160(DX), Y15, Y5
+	VFMADD213PS 192(DX), Y15, Y6
+	VFMADD213PS 224(DX), Y15, Y7
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VMOVUPS Y4, 128(DX)
+	VMOVUPS Y5, 160(DX)
+	VMOVUPS Y6, 192(DX)
+	VMOVUPS Y7, 224(DX)
 	VZEROUPPER
 	RET

@@ -64,10 +64,18 @@ func gemv16Go(x, panel []float32, y *[nr]float32) {
 
 // kernelInPlaceGo is kernelInPlace's portable twin.
 func kernelInPlaceGo(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
+	tileGo(mr, ta, k, a, lda, b, c, ldc)
+}
+
+func kernel4x16Go(k int, a, b, c []float32, ldc int) { tileGo(4, true, k, a, mr, b, c, ldc) }
+
+// tileGo adds the first rows rows of A·B into c, A read as kernelInPlace
+// reads it.
+func tileGo(rows int, ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
 	var acc [mr][nr]float32
 	for p := 0; p < k; p++ {
 		bp := b[p*nr : p*nr+nr]
-		for i := 0; i < mr; i++ {
+		for i := 0; i < rows; i++ {
 			idx := i*lda + p
 			if ta {
 				idx = p*lda + i
@@ -78,7 +86,7 @@ func kernelInPlaceGo(ta bool, k int, a []float32, lda int, b, c []float32, ldc i
 			}
 		}
 	}
-	for i := 0; i < mr; i++ {
+	for i := 0; i < rows; i++ {
 		row := c[i*ldc : i*ldc+nr]
 		for j := range row {
 			row[j] += acc[i][j]

@@ -2,7 +2,9 @@
 
 package gemm
 
-func kernel6x16(k int, a, b, c []float32, ldc int) { kernel6x16Go(k, a, b, c, ldc) }
+func kernel6x16(k int, a, b, c []float32, ldc int, _ *float32) { kernel6x16Go(k, a, b, c, ldc) }
+
+func kernel4x16(k int, a, b, c []float32, ldc int, _ *float32) { kernel4x16Go(k, a, b, c, ldc) }
 
 func dot4(x, w []float32, ldw int, out *[4]float32) { dot4Go(x, w, ldw, out) }
 
@@ -17,3 +19,6 @@ func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
 func axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
 
 func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) { dot4x2Go(x0, x1, w, ldw, out) }
+
+// rowStrips has no portable fast form: rowAxpyGemm's axpy loop does it all.
+func rowStrips(alpha float32, a, b []float32, ldb, n int, c []float32) int { return 0 }

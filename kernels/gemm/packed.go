@@ -78,7 +78,7 @@ const packedGemvM = 4
 func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
 	panels := (n + nr - 1) / nr
-	par.For(panels, 4, func(lo, hi int) {
+	par.For(panels, chunk(nr*m*k, 4), func(lo, hi int) {
 		acc := make([][nr]float32, (hi-lo)*m) // [panel][row] partial sums
 		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 			kb := min(kc, k-pc)

@@ -22,6 +22,11 @@ const (
 // weight is read once either way, and packing it would triple the traffic.
 const smallM = 32
 
+// smallK is the depth below which few-row products are packed after all:
+// a dot product that short is mostly call and reduction overhead (LoRA's
+// u·Bᵀ, k = r), and packing a [k, n] operand that thin costs next to nothing.
+const smallK = 64
+
 var packPool = sync.Pool{New: func() any { return new([]float32) }}
 
 func getBuf(n int) *[]float32 {
@@ -39,6 +44,17 @@ type loopFunc func(n, minChunk int, fn func(lo, hi int))
 
 func serial(n, _ int, fn func(lo, hi int)) { fn(0, n) }
 
+// grain is the fewest multiply-adds worth handing to another core: waking a
+// helper and waiting for it costs a few microseconds, about what one core
+// spends on this many. LoRA's rank-r products in decoding are far below it.
+const grain = 1 << 15
+
+// chunk is the minChunk for a parallel loop whose items cost work
+// multiply-adds each, and at least floor.
+func chunk(work, floor int) int {
+	return max(floor, grain/max(work, 1))
+}
+
 // Sgemm is the fast float32 GEMM, with Ref's arguments and meaning.
 func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	sgemm(par.For, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -52,11 +68,11 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 	if k == 0 || alpha == 0 {
 		return
 	}
-	if m < smallM && tb {
+	if m < smallM && tb && k >= smallK {
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
-	if m < smallM && !ta && !tb && n <= 4*nr {
+	if m < smallM && !ta && !tb && n <= 8*nr {
 		rowAxpyGemm(m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
@@ -126,7 +142,7 @@ func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []floa
 				}
 				var t [mr * nr]float32
 				if edge {
-					kernel6x16(kb, ap[:mr*kb], bp, t[:], nr)
+					kernel6x16(kb, ap[:mr*kb], bp, t[:], nr, &bp[0])
 				} else {
 					off := i0*lda + pc
 					if ta {
@@ -186,7 +202,7 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 				mb := min(mc, m-ic)
 				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
-				loop(panels, 4, func(lo, hi int) {
+				loop(panels, chunk(nr*mb*kb, 4), func(lo, hi int) {
 					macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, lo, hi)
 				})
 			}
@@ -203,16 +219,29 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 		j0 := jc + q*nr
 		nw := min(nr, n-j0)
 		bp := pb[q*nr*kb : (q+1)*nr*kb]
+		// The first tile of each panel pulls the next panel toward L1, so
+		// weights streaming from memory (few rows, packed weights) arrive
+		// while this panel is multiplied.
+		next := &bp[0]
+		if q+1 < qhi {
+			next = &pb[(q+1)*nr*kb]
+		}
 		for ir := 0; ir < mb; ir += mr {
 			mw := min(mr, mb-ir)
 			ap := pa[ir*kb : ir*kb+mr*kb]
 			cOff := (ic+ir)*ldc + j0
-			if mw == mr && nw == nr {
-				kernel6x16(kb, ap, bp, c[cOff:], ldc)
+			kernel := kernel6x16
+			if mw <= 4 {
+				kernel = kernel4x16
+			}
+			if nw == nr && (mw == mr || mw == 4) {
+				kernel(kb, ap, bp, c[cOff:], ldc, next)
+				next = &bp[0]
 				continue
 			}
 			var tile [mr * nr]float32
-			kernel6x16(kb, ap, bp, tile[:], nr)
+			kernel(kb, ap, bp, tile[:], nr, next)
+			next = &bp[0]
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				for j := range row {
@@ -329,13 +358,18 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 
 // rowAxpyGemm serves few rows times a narrow row-major op(B) (decode
 // attention's probabilities times values): each output row gathers k scaled
-// rows of B, which stay in cache, with no packing.
+// rows of B, which stay in cache, with no packing; 64-column strips keep
+// their sums in registers.
 func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	for i := 0; i < m; i++ {
-		crow := c[i*ldc : i*ldc+n]
-		for p, av := range a[i*lda : i*lda+k] {
+		crow, arow := c[i*ldc:i*ldc+n], a[i*lda:i*lda+k]
+		j := rowStrips(alpha, arow, b, ldb, n, crow)
+		if j == n {
+			continue
+		}
+		for p, av := range arow {
 			if av != 0 {
-				axpy(alpha*av, b[p*ldb:p*ldb+n], crow)
+				axpy(alpha*av, b[p*ldb+j:p*ldb+n], crow[j:])
 			}
 		}
 	}
@@ -355,7 +389,7 @@ func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, 
 		}
 		rows, lda = buf, k
 	}
-	loop((n+3)/4, 16, func(lo, hi int) {
+	loop((n+3)/4, chunk(4*m*k, 16), func(lo, hi int) {
 		var out [4]float32
 		var out2 [8]float32
 		for q := lo; q < hi; q++ {
