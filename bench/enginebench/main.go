@@ -71,6 +71,7 @@ func main() {
 	cfg.Targets(true, true, false)
 	ad, _ := lora.New(w.Cfg, cfg)
 	m := transformer.New(w)
+	z := m.Freeze(ad) // the sampling runs' adapter snapshot
 	tr := train.NewTrainer(m, ad)
 	r := rng.New(1)
 	var data []train.Datum
@@ -92,7 +93,7 @@ func main() {
 		prompt := data[0].ModelInput[:16]
 		run := func(n int) float64 {
 			secs := median(3, func() {
-				_, err := sampler.Sample(m, ad, sampler.Request{Prompt: prompt, NumSamples: n,
+				_, err := sampler.Sample(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
 					Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
 				check(err)
 			})

@@ -57,7 +57,8 @@ func sampleCmd(args []string) error {
 			return err
 		}
 	}
-	res, err := sampler.Sample(transformer.New(w), ad, sampler.Request{Prompt: toks, Params: p, NumSamples: *n})
+	m := transformer.New(w)
+	res, err := sampler.Sample(m, m.Freeze(ad), sampler.Request{Prompt: toks, Params: p, NumSamples: *n})
 	if err != nil {
 		return err
 	}

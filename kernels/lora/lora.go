@@ -35,8 +35,8 @@ func (m Module) String() string { return moduleNames[m] }
 
 func (m Module) isAttn() bool { return m <= O }
 
-// dims gives a module's [out, in].
-func (m Module) dims(c model.Config) (out, in int) {
+// Dims gives a module's weight shape [out, in].
+func (m Module) Dims(c model.Config) (out, in int) {
 	switch m {
 	case Q:
 		return c.QDim(), c.Hidden
@@ -161,7 +161,7 @@ func shell[F gemm.Float](mc model.Config, cfg Config) *Adapter[F] {
 	for l := range a.Layers {
 		for m := Module(0); m < NumModules; m++ {
 			if cfg.Modules[m] {
-				a.Layers[l][m] = newPair(m.dims(mc))
+				a.Layers[l][m] = newPair(m.Dims(mc))
 			}
 		}
 	}

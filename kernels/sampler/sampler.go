@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/wts-project/wts/kernels/kerr"
-	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/ops"
 	"github.com/wts-project/wts/kernels/rng"
 	"github.com/wts-project/wts/kernels/transformer"
@@ -82,16 +81,17 @@ func checkTokens(toks []int, vocab int) error {
 	return nil
 }
 
-// Sample runs a request on model m with adapter ad (nil for the base model).
+// Sample runs a request on model m with adapter z (m.Freeze(ad); nil for the
+// base model).
 // The prompt is prefilled once; all samples decode together, one batched
 // forward pass per generated position.
-func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request) (*Result, error) {
+func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Result, error) {
 	c := m.Cfg()
 	if err := q.Validate(c.Vocab, c.MaxPos); err != nil {
 		return nil, err
 	}
 	root := m.NewCache()
-	hidden, err := m.Extend(ad, root, q.Prompt)
+	hidden, err := m.Extend(z, root, q.Prompt)
 	if err != nil {
 		return nil, err
 	}
@@ -100,14 +100,13 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 	var last []float32
 	wantPrompt := q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0
 	if wantPrompt {
-		res.PromptLogprobs, res.TopKPromptLogprobs = promptLogprobs(m, ad, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
+		res.PromptLogprobs, res.TopKPromptLogprobs = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
 		if !q.IncludePromptLogprobs {
 			res.PromptLogprobs = nil
 		}
 	} else {
-		m.Head(ad, nil, hidden[(P-1)*D:], 1, nil, nil, func(_ int, row []float32) bool {
+		m.Logits(z, hidden[(P-1)*D:], 1, nil, func(_ int, row []float32) {
 			last = append([]float32(nil), row...)
-			return false
 		})
 	}
 
@@ -164,14 +163,13 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 		if len(active) == 0 {
 			break
 		}
-		h, err := m.Decode(ad, feedCaches, feed)
+		h, err := m.Decode(z, feedCaches, feed)
 		if err != nil {
 			return nil, err
 		}
 		ar.Reset()
-		m.Head(ad, nil, h, len(active), nil, ar, func(b int, row []float32) bool {
+		m.Logits(z, h, len(active), ar, func(b int, row []float32) {
 			draw(active[b], row)
-			return false
 		})
 	}
 	return res, nil
@@ -180,17 +178,17 @@ func Sample(m *transformer.Model[float32], ad *lora.Adapter[float32], q Request)
 // promptLogprobs scores every prompt token given its prefix, and optionally
 // lists the top k tokens at each position. It also hands back the logits of
 // the last position, from which the first new token is sampled.
-func promptLogprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob) {
+func promptLogprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob) {
 	P := len(prompt)
 	lps := make([]*float64, P)
 	var top [][]TokenLogprob
 	if k > 0 {
 		top = make([][]TokenLogprob, P)
 	}
-	m.Head(ad, nil, hidden, P, nil, nil, func(t int, row []float32) bool {
+	m.Logits(z, hidden, P, nil, func(t int, row []float32) {
 		if t == P-1 {
 			*last = append([]float32(nil), row...)
-			return false
+			return
 		}
 		lse := ops.LogSumExp(row)
 		lp := float64(row[prompt[t+1]]) - lse
@@ -198,7 +196,6 @@ func promptLogprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], hi
 		if k > 0 {
 			top[t+1] = topK(row, k, lse)
 		}
-		return false
 	})
 	return lps, top
 }
@@ -225,8 +222,8 @@ func topK(row []float32, k int, lse float64) []TokenLogprob {
 }
 
 // Logprobs returns the prompt logprobs of input (entry 0 nil): the logprobs
-// primitive.
-func Logprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], input []int) ([]*float64, error) {
+// primitive, under adapter z (nil for the base model).
+func Logprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], input []int) ([]*float64, error) {
 	c := m.Cfg()
 	if len(input) == 0 {
 		return nil, fmt.Errorf("%w: input has no tokens", kerr.ErrEmptyInput)
@@ -238,12 +235,12 @@ func Logprobs(m *transformer.Model[float32], ad *lora.Adapter[float32], input []
 		return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, len(input), c.MaxPos)
 	}
 	root := m.NewCache()
-	hidden, err := m.Extend(ad, root, input)
+	hidden, err := m.Extend(z, root, input)
 	if err != nil {
 		return nil, err
 	}
 	var last []float32
-	lps, _ := promptLogprobs(m, ad, hidden, input, 0, &last)
+	lps, _ := promptLogprobs(m, z, hidden, input, 0, &last)
 	return lps, nil
 }
 

@@ -172,11 +172,11 @@ func seedPtr(s uint64) *uint64 { return &s }
 func TestSeededReproducibleAcrossBatch(t *testing.T) {
 	m, ad := fixture(t)
 	p := Params{MaxTokens: 12, Temperature: 1, TopP: 1, TopK: -1, Seed: seedPtr(42)}
-	one, err := Sample(m, ad, Request{Prompt: []int{3, 4, 5}, Params: p, NumSamples: 1})
+	one, err := Sample(m, m.Freeze(ad), Request{Prompt: []int{3, 4, 5}, Params: p, NumSamples: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	many, err := Sample(m, ad, Request{Prompt: []int{3, 4, 5}, Params: p, NumSamples: 8})
+	many, err := Sample(m, m.Freeze(ad), Request{Prompt: []int{3, 4, 5}, Params: p, NumSamples: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestSeededReproducibleAcrossBatch(t *testing.T) {
 func TestSampleLogprobsMatchForward(t *testing.T) {
 	m, ad := fixture(t)
 	prompt := []int{7, 8, 9, 10}
-	res, err := Sample(m, ad, Request{Prompt: prompt, NumSamples: 3,
+	res, err := Sample(m, m.Freeze(ad), Request{Prompt: prompt, NumSamples: 3,
 		Params: Params{MaxTokens: 10, Temperature: 0.8, TopP: 0.9, TopK: 20, Seed: seedPtr(1)}})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestStopTokens(t *testing.T) {
 	for i := range all {
 		all[i] = i
 	}
-	res, err := Sample(m, ad, Request{Prompt: []int{1}, NumSamples: 4, Params: Params{MaxTokens: 5, Temperature: 1, TopP: 1, TopK: -1, StopTokenIDs: all}})
+	res, err := Sample(m, m.Freeze(ad), Request{Prompt: []int{1}, NumSamples: 4, Params: Params{MaxTokens: 5, Temperature: 1, TopP: 1, TopK: -1, StopTokenIDs: all}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,12 +244,12 @@ func TestStopTokens(t *testing.T) {
 func TestPromptLogprobs(t *testing.T) {
 	m, ad := fixture(t)
 	prompt := []int{5, 9, 2, 33, 7}
-	res, err := Sample(m, ad, Request{Prompt: prompt, NumSamples: 1, IncludePromptLogprobs: true, TopKPromptLogprobs: 3,
+	res, err := Sample(m, m.Freeze(ad), Request{Prompt: prompt, NumSamples: 1, IncludePromptLogprobs: true, TopKPromptLogprobs: 3,
 		Params: Params{MaxTokens: 1, Temperature: 0, TopP: 1, TopK: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lps, err := Logprobs(m, ad, prompt)
+	lps, err := Logprobs(m, m.Freeze(ad), prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestPromptLogprobs(t *testing.T) {
 	// Greedy's first token is the most likely one after the prompt.
 	best, bestLP := -1, math.Inf(-1)
 	for tok := 0; tok < m.Cfg().Vocab; tok++ {
-		l, _ := Logprobs(m, ad, append(append([]int(nil), prompt...), tok))
+		l, _ := Logprobs(m, m.Freeze(ad), append(append([]int(nil), prompt...), tok))
 		if lp := *l[len(prompt)]; lp > bestLP {
 			best, bestLP = tok, lp
 		}
@@ -288,7 +288,7 @@ func TestSampleChiSquareEndToEnd(t *testing.T) {
 	V := m.Cfg().Vocab
 	logits := make([]float64, V)
 	for tok := 0; tok < V; tok++ {
-		l, _ := Logprobs(m, ad, []int{11, 12, tok})
+		l, _ := Logprobs(m, m.Freeze(ad), []int{11, 12, tok})
 		logits[tok] = *l[2]
 	}
 	p := Params{MaxTokens: 1, Temperature: 0.7, TopP: 0.95, TopK: 30}
@@ -297,7 +297,7 @@ func TestSampleChiSquareEndToEnd(t *testing.T) {
 	const n = 12000
 	for i := 0; i < n/64; i++ {
 		p.Seed = seedPtr(uint64(i))
-		res, err := Sample(m, ad, Request{Prompt: prompt, NumSamples: 64, Params: p})
+		res, err := Sample(m, m.Freeze(ad), Request{Prompt: prompt, NumSamples: 64, Params: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func TestBadRequests(t *testing.T) {
 		{Request{Prompt: []int{1}, NumSamples: 1, Params: Params{MaxTokens: 1, Temperature: 1, TopP: 1, StopTokenIDs: []int{1000}}}, kerr.ErrTokenRange},
 	}
 	for i, c := range cases {
-		if _, err := Sample(m, ad, c.q); !errors.Is(err, c.want) {
+		if _, err := Sample(m, m.Freeze(ad), c.q); !errors.Is(err, c.want) {
 			t.Fatalf("case %d: %v, want %v", i, err, c.want)
 		}
 	}

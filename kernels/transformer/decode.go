@@ -45,7 +45,7 @@ const prefillChunk = 256
 
 // Extend appends tokens to a cache with no prefix and returns the final
 // hidden states [len(tokens), D] of the new positions.
-func (m *Model[F]) Extend(ad *lora.Adapter[F], c *Cache[F], tokens []int) ([]F, error) {
+func (m *Model[F]) Extend(z *Frozen[F], c *Cache[F], tokens []int) ([]F, error) {
 	cfg := m.W.Cfg
 	if c.prefix != nil {
 		return nil, fmt.Errorf("extend: cache has a prefix")
@@ -62,7 +62,7 @@ func (m *Model[F]) Extend(ad *lora.Adapter[F], c *Cache[F], tokens []int) ([]F, 
 	hidden := make([]F, len(tokens)*D)
 	for lo := 0; lo < len(tokens); lo += prefillChunk {
 		hi := min(lo+prefillChunk, len(tokens))
-		m.extendChunk(ad, c, tokens[lo:hi], hidden[lo*D:hi*D])
+		m.extendChunk(z, c, tokens[lo:hi], hidden[lo*D:hi*D])
 	}
 	return hidden, nil
 }
@@ -88,22 +88,18 @@ func (m *Model[F]) newStep(tokens, pos []int) *step[F] {
 // cachedForward runs every layer over the rows of s, with attend filling
 // s.attn for layer l once s.k and s.v hold the new keys and values. It leaves
 // the final normed hidden states in out.
-func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, attend func(l int)) {
+func (m *Model[F]) cachedForward(z *Frozen[F], s *step[F], out []F, attend func(l int)) {
 	c := m.W.Cfg
 	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	inv := make([]F, T)
 	qInv, kInv := make([]F, T*c.Heads), make([]F, T*c.KVHeads) // Qwen3 head-norm factors
-	var lu []F
-	if ad != nil {
-		lu = make([]F, T*ad.Cfg.Rank)
-	}
-	sc := scaleOf(ad)
+	lu := make([]F, T*z.rank())
 	for l := 0; l < c.Layers; l++ {
 		w, pw := &m.W.Layers[l], &m.proj[l]
 		ops.RMSNorm(s.h, inv, s.x, w.AttnNorm, T, D, c.RMSEps)
-		linear(s.q, s.h, T, D, Q, pw[lora.Q], w.Bq, pairOf(ad, l, lora.Q), sc, lu)
-		linear(s.k, s.h, T, D, KV, pw[lora.K], w.Bk, pairOf(ad, l, lora.K), sc, lu)
-		linear(s.v, s.h, T, D, KV, pw[lora.V], w.Bv, pairOf(ad, l, lora.V), sc, lu)
+		linear(s.q, s.h, T, D, Q, pw[lora.Q], w.Bq, z.term(l, lora.Q), lu)
+		linear(s.k, s.h, T, D, KV, pw[lora.K], w.Bk, z.term(l, lora.K), lu)
+		linear(s.v, s.h, T, D, KV, pw[lora.V], w.Bv, z.term(l, lora.V), lu)
 		if c.QKNorm {
 			ops.HeadNorm(s.q, s.attn, qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 			ops.HeadNorm(s.k, s.attn, kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
@@ -112,15 +108,15 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 		s.rope.Rope(s.k, T, c.KVHeads)
 		attend(l)
 		o := s.h // the normed input is dead now; reuse it for o_proj
-		linear(o, s.attn, T, Q, D, pw[lora.O], w.Bo, pairOf(ad, l, lora.O), sc, lu)
+		linear(o, s.attn, T, Q, D, pw[lora.O], w.Bo, z.term(l, lora.O), lu)
 		for i := range o {
 			s.x[i] += o[i]
 		}
 		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
-		linear(s.g, s.h, T, D, I, pw[lora.Gate], nil, pairOf(ad, l, lora.Gate), sc, lu)
-		linear(s.u, s.h, T, D, I, pw[lora.Up], nil, pairOf(ad, l, lora.Up), sc, lu)
+		linear(s.g, s.h, T, D, I, pw[lora.Gate], nil, z.term(l, lora.Gate), lu)
+		linear(s.u, s.h, T, D, I, pw[lora.Up], nil, z.term(l, lora.Up), lu)
 		ops.SwiGLU(s.g, s.g, s.u)
-		linear(s.h, s.g, T, I, D, pw[lora.Down], nil, pairOf(ad, l, lora.Down), sc, lu)
+		linear(s.h, s.g, T, I, D, pw[lora.Down], nil, z.term(l, lora.Down), lu)
 		for i := range s.h {
 			s.x[i] += s.h[i]
 		}
@@ -128,7 +124,7 @@ func (m *Model[F]) cachedForward(ad *lora.Adapter[F], s *step[F], out []F, atten
 	ops.RMSNorm(out, inv, s.x, m.W.Norm, T, D, c.RMSEps)
 }
 
-func (m *Model[F]) extendChunk(ad *lora.Adapter[F], c *Cache[F], tokens []int, out []F) {
+func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F) {
 	cfg := m.W.Cfg
 	T, KV := len(tokens), cfg.KVDim()
 	pos := make([]int, T)
@@ -137,7 +133,7 @@ func (m *Model[F]) extendChunk(ad *lora.Adapter[F], c *Cache[F], tokens []int, o
 	}
 	s := m.newStep(tokens, pos)
 	lse := make([]F, T*cfg.Heads)
-	m.cachedForward(ad, s, out, func(l int) {
+	m.cachedForward(z, s, out, func(l int) {
 		c.k[l] = append(c.k[l], s.k...)
 		c.v[l] = append(c.v[l], s.v...)
 		S := len(c.k[l]) / KV
@@ -149,7 +145,7 @@ func (m *Model[F]) extendChunk(ad *lora.Adapter[F], c *Cache[F], tokens []int, o
 // Decode appends one token to each cache (one sequence each, all distinct)
 // and returns the final hidden states [len(caches), D]: one batched pass, so
 // every weight is read once for the whole batch.
-func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int) ([]F, error) {
+func (m *Model[F]) Decode(z *Frozen[F], caches []*Cache[F], tokens []int) ([]F, error) {
 	cfg := m.W.Cfg
 	B, KV, hd := len(caches), cfg.KVDim(), cfg.HeadDim
 	pos := make([]int, B)
@@ -164,19 +160,19 @@ func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int)
 	}
 	s := m.newStep(tokens, pos)
 	out := make([]F, B*cfg.Hidden)
-	m.cachedForward(ad, s, out, func(l int) {
+	m.cachedForward(z, s, out, func(l int) {
 		for b, c := range caches {
 			c.k[l] = append(c.k[l], s.k[b*KV:(b+1)*KV]...)
 			c.v[l] = append(c.v[l], s.v[b*KV:(b+1)*KV]...)
 		}
 		group := cfg.Heads / cfg.KVHeads
 		scale := F(1 / math.Sqrt(float64(hd)))
-		par.For(B*cfg.Heads, 4, func(lo, hi int) {
+		par.For(B*cfg.KVHeads, 1, func(lo, hi int) {
 			var scores []F
 			for i := lo; i < hi; i++ {
-				b, h := i/cfg.Heads, i%cfg.Heads
-				scores = decodeAttention(scores, s.attn[(b*cfg.Heads+h)*hd:(b*cfg.Heads+h+1)*hd],
-					s.q[(b*cfg.Heads+h)*hd:(b*cfg.Heads+h+1)*hd], caches[b], l, (h/group)*hd, KV, scale)
+				b, g := i/cfg.KVHeads, i%cfg.KVHeads
+				h := (b*cfg.Heads + g*group) * hd // the group's first query head
+				scores = decodeAttention(scores, s.attn[h:h+group*hd], s.q[h:h+group*hd], caches[b], l, g*hd, KV, hd, scale)
 			}
 		})
 	})
@@ -186,39 +182,45 @@ func (m *Model[F]) Decode(ad *lora.Adapter[F], caches []*Cache[F], tokens []int)
 	return out, nil
 }
 
-// decodeAttention attends one query head to every cached position of one
-// sequence (prefix segments first), writing out [hd]. Each segment's keys
-// and values are a strided [n, KV] matrix, so scores = K·q and out = Pᵀ·V
-// are small matrix products. scores is scratch, returned for reuse.
-func decodeAttention[F gemm.Float](scores, out, q []F, c *Cache[F], l, off, KV int, scale F) []F {
-	var segs []*Cache[F]
-	total := 0 // this layer's rows, the one appended this step included
+// decodeAttention attends the query heads that share one KV head (q, out:
+// [group, hd]) to every cached position of one sequence (prefix segments
+// first). Each segment's keys and values are a strided [n, KV] matrix at
+// column off, so scores = q·Kᵀ and out = P·V are small matrix products in
+// which the group's heads share every key and value read. scores is scratch,
+// returned for reuse.
+func decodeAttention[F gemm.Float](scores, out, q []F, c *Cache[F], l, off, KV, hd int, scale F) []F {
+	var buf [4]*Cache[F]
+	segs := buf[:0] // oldest last
+	total := 0      // this layer's rows, the one appended this step included
 	for s := c; s != nil; s = s.prefix {
 		segs = append(segs, s)
 		total += len(s.k[l]) / KV
 	}
-	hd := len(q)
-	if cap(scores) < total {
-		scores = make([]F, total)
+	group := len(q) / hd
+	if cap(scores) < group*total {
+		scores = make([]F, group*total)
 	}
-	scores = scores[:total]
+	scores = scores[:group*total] // [group, total]
 	n := 0
 	for i := len(segs) - 1; i >= 0; i-- {
 		k := segs[i].k[l]
 		rows := len(k) / KV
 		if rows > 0 {
-			gemm.Serial(false, true, 1, rows, hd, scale, q, hd, k[off:], KV, 0, scores[n:n+rows], rows)
+			gemm.Serial(false, true, group, rows, hd, scale, q, hd, k[off:], KV, 0, scores[n:], total)
 		}
 		n += rows
 	}
-	ops.ExpShifted(scores, ops.LogSumExp(scores))
+	for g := 0; g < group; g++ {
+		row := scores[g*total : (g+1)*total]
+		ops.ExpShifted(row, ops.LogSumExp(row))
+	}
 	clear(out)
 	n = 0
 	for i := len(segs) - 1; i >= 0; i-- {
 		v := segs[i].v[l]
 		rows := len(v) / KV
 		if rows > 0 {
-			gemm.Serial(false, false, 1, hd, rows, 1, scores[n:n+rows], rows, v[off:], KV, 1, out, hd)
+			gemm.Serial(false, false, group, hd, rows, 1, scores[n:], total, v[off:], KV, 1, out, hd)
 		}
 		n += rows
 	}

@@ -25,16 +25,34 @@ type RowFunc[F gemm.Float] func(t int, row []F) bool
 // are added into dHidden [T, D] and into the lm_head LoRA gradients of grads.
 // Scratch comes from ar (nil allocates).
 func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F]) {
-	c := m.W.Cfg
-	D, V := c.Hidden, c.Vocab
-	var p, gp *lora.Pair[F]
-	var r int
-	if ad != nil && ad.LMHead != nil {
-		p, r = ad.LMHead, ad.Cfg.Rank
+	var lt term[F]
+	var gp *lora.Pair[F]
+	if ad != nil {
+		lt = termOf(ad, ad.LMHead)
 		if grads != nil {
 			gp = grads.LMHead
 		}
 	}
+	m.headPass(lt, gp, hidden, T, dHidden, ar, fn)
+}
+
+// Logits is Head for inference: the logits of T tokens under a frozen
+// adapter, handed row by row to fn (from several goroutines at once).
+func (m *Model[F]) Logits(z *Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
+	var lt term[F]
+	if z != nil {
+		lt = z.head
+	}
+	m.headPass(lt, nil, hidden, T, nil, ar, func(t int, row []F) bool {
+		fn(t, row)
+		return false
+	})
+}
+
+func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F]) {
+	c := m.W.Cfg
+	D, V := c.Hidden, c.Vocab
+	r := len(lt.a.W) / D
 	chunk := max(1, headBudget/V)
 	rows := min(T, chunk)
 	logits := ar.Alloc(rows * V)
@@ -43,7 +61,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 	for t0 := 0; t0 < T; t0 += chunk {
 		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
-		linear(logits[:n*V], h, n, D, V, m.head, nil, p, scaleOf(ad), u[:n*max(r, 1)])
+		linear(logits[:n*V], h, n, D, V, m.head, nil, lt, u[:n*max(r, 1)])
 		par.For(n, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := logits[i*V : (i+1)*V]
@@ -61,7 +79,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			any = any || w
 		}
 		if any {
-			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.head, p, gp, scaleOf(ad), u[:n*max(r, 1)], ar)
+			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.head, lt, gp, u[:n*max(r, 1)], ar)
 		}
 	}
 }

@@ -15,15 +15,46 @@ type weight[F gemm.Float] struct {
 	grad   *gemm.Packed // B = W, or nil
 }
 
-// linear computes y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ.
-// x: [T, in]; W: [out, in]; b: [out] or nil; y: [T, out]; p may be nil.
-// u: [T, r] receives x·Aᵀ for the backward pass (unused when p is nil).
-func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.Pair[F], s F, u []F) {
-	if w.packed != nil {
-		w.packed.Mul(false, T, 1, any(x).([]float32), in, 0, any(y).([]float32), out)
-	} else {
-		gemm.Gemm(false, true, T, out, in, 1, x, in, w.W, in, 0, y, out)
+// term is one module's LoRA pair as the products see it: A [r, in] and
+// B [out, r] held as weights (packed when frozen for inference, see Frozen)
+// and the scale s. The zero term (no pair) adds nothing.
+type term[F gemm.Float] struct {
+	a, b weight[F]
+	s    F
+}
+
+// termOf wraps a pair of ad for training, where the pair changes every step
+// and so is never packed.
+func termOf[F gemm.Float](ad *lora.Adapter[F], p *lora.Pair[F]) term[F] {
+	if p == nil {
+		return term[F]{}
 	}
+	return term[F]{a: weight[F]{W: p.A}, b: weight[F]{W: p.B}, s: ad.Scale()}
+}
+
+// newWeight wraps W [out, in]; for float32 it is also packed as Wᵀ.
+func newWeight[F gemm.Float](W []F, out, in int) weight[F] {
+	w := weight[F]{W: W}
+	if w32, ok := any(W).([]float32); ok {
+		w.packed = gemm.PackT(w32, out, in, in)
+	}
+	return w
+}
+
+// mul computes y = alpha·x·Wᵀ + beta·y for x [T, in], y [T, out].
+func (w weight[F]) mul(y, x []F, T, in, out int, alpha, beta F) {
+	if w.packed != nil {
+		w.packed.Mul(false, T, any(alpha).(float32), any(x).([]float32), in, any(beta).(float32), any(y).([]float32), out)
+		return
+	}
+	gemm.Gemm(false, true, T, out, in, alpha, x, in, w.W, in, beta, y, out)
+}
+
+// linear computes y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ.
+// x: [T, in]; W: [out, in]; b: [out] or nil; y: [T, out].
+// u: [T, r] receives x·Aᵀ for the backward pass (unused for the zero term).
+func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, lt term[F], u []F) {
+	w.mul(y, x, T, in, out, 1, 0)
 	if b != nil {
 		for t := 0; t < T; t++ {
 			row := y[t*out : (t+1)*out]
@@ -32,21 +63,21 @@ func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, p *lora.
 			}
 		}
 	}
-	if p != nil {
-		r := len(p.A) / in
-		gemm.Gemm(false, true, T, r, in, 1, x, in, p.A, in, 0, u, r)
-		gemm.Gemm(false, true, T, out, r, s, u, r, p.B, r, 1, y, out)
+	if lt.a.W != nil {
+		r := len(lt.a.W) / in
+		lt.a.mul(u, x, T, in, r, 1, 0)
+		lt.b.mul(y, u, T, r, out, lt.s, 1)
 	}
 }
 
 // linearBackward adds dL/dx into dx (skipped when dx is nil) and, when the
-// module has a LoRA pair, dL/dA and dL/dB into gp. W and b are frozen.
+// module has a LoRA term, dL/dA and dL/dB into gp. W and b are frozen.
 //
 //	dB += s·dyᵀ·u    [out, r]
 //	du  = s·dy·B     [T, r]
 //	dA += duᵀ·x      [r, in]
 //	dx += dy·W + du·A
-func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, w weight[F], p, gp *lora.Pair[F], s F, u []F, ar *Arena[F]) {
+func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, w weight[F], lt term[F], gp *lora.Pair[F], u []F, ar *Arena[F]) {
 	switch {
 	case dx == nil:
 	case w.grad != nil:
@@ -54,17 +85,18 @@ func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, w weight[F], p,
 	default:
 		gemm.Gemm(false, false, T, in, out, 1, dy, out, w.W, in, 1, dx, in)
 	}
-	if p == nil {
+	if lt.a.W == nil {
 		return
 	}
-	r := len(p.A) / in
+	A, B, s := lt.a.W, lt.b.W, lt.s
+	r := len(A) / in
 	du := ar.Alloc(T * r)
-	gemm.Gemm(false, false, T, r, out, s, dy, out, p.B, r, 0, du, r)
+	gemm.Gemm(false, false, T, r, out, s, dy, out, B, r, 0, du, r)
 	if gp != nil {
 		gemm.Gemm(true, false, out, r, T, s, dy, out, u, r, 1, gp.B, r)
 		gemm.Gemm(true, false, r, in, T, 1, du, r, x, in, 1, gp.A, in)
 	}
 	if dx != nil {
-		gemm.Gemm(false, false, T, in, r, 1, du, r, p.A, in, 1, dx, in)
+		gemm.Gemm(false, false, T, in, r, 1, du, r, A, in, 1, dx, in)
 	}
 }

@@ -28,14 +28,7 @@ type Model[F gemm.Float] struct {
 // doubles, plus one more copy of the head.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
-	_, f32 := any(w.Embed).([]float32)
-	wrap := func(W []F, out, in int) weight[F] {
-		wt := weight[F]{W: W}
-		if f32 {
-			wt.packed = gemm.PackT(any(W).([]float32), out, in, in)
-		}
-		return wt
-	}
+	wrap := newWeight[F]
 	c := w.Cfg
 	for l := range w.Layers {
 		L := &w.Layers[l]
@@ -47,7 +40,7 @@ func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 		}
 	}
 	m.head = wrap(w.LMHead, c.Vocab, c.Hidden)
-	if f32 {
+	if m.head.packed != nil {
 		m.head.grad = gemm.PackN(any(w.LMHead).([]float32), c.Vocab, c.Hidden, c.Hidden)
 	}
 	return m
@@ -149,20 +142,13 @@ func pairOf[F gemm.Float](ad *lora.Adapter[F], l int, mod lora.Module) *lora.Pai
 	return ad.Layers[l][mod]
 }
 
-func scaleOf[F gemm.Float](ad *lora.Adapter[F]) F {
-	if ad == nil {
-		return 0
-	}
-	return ad.Scale()
-}
-
 // project runs one projection of layer l, allocating the LoRA buffer if needed.
 func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], y, x []F, T, in, out int, b []F) {
 	p := pairOf(ad, l, mod)
 	if p != nil {
 		la.lu[mod] = ar.Alloc(T * ad.Cfg.Rank)
 	}
-	linear(y, x, T, in, out, m.proj[l][mod], b, p, scaleOf(ad), la.lu[mod])
+	linear(y, x, T, in, out, m.proj[l][mod], b, termOf(ad, p), la.lu[mod])
 }
 
 func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], x []F) []F {
@@ -231,7 +217,7 @@ func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lor
 }
 
 func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx, dy, x []F, T, in, out int) {
-	linearBackward(dx, dy, x, T, in, out, m.proj[l][mod], pairOf(ad, l, mod), gradPair(grads, l, mod), scaleOf(ad), la.lu[mod], ar)
+	linearBackward(dx, dy, x, T, in, out, m.proj[l][mod], termOf(ad, pairOf(ad, l, mod)), gradPair(grads, l, mod), la.lu[mod], ar)
 }
 
 // layerBackward takes dL/d(layer output) and returns dL/d(layer input); the

@@ -49,7 +49,8 @@ func near(t *testing.T, what string, got, want []float32, tol float64) {
 }
 
 // Prefill in chunks, and decoding one token at a time on forked caches, must
-// give the hidden states the training forward pass gives.
+// give the hidden states the training forward pass gives, and the frozen
+// adapter's logits those of the training head.
 func TestCachedDecodingMatchesForward(t *testing.T) {
 	for _, preset := range []string{"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3"} {
 		m, ad := fixture(t, preset)
@@ -62,15 +63,24 @@ func TestCachedDecodingMatchesForward(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Shared 60-token prompt, then two continuations decoded in one batch.
+		z := m.Freeze(ad)
 		root := m.NewCache()
-		h, err := m.Extend(ad, root, seqA[:60])
+		h, err := m.Extend(z, root, seqA[:60])
 		if err != nil {
 			t.Fatal(err)
 		}
 		near(t, preset+" prefill", h, full.Hidden[:60*D], 1e-4)
+		V := m.Cfg().Vocab
+		want, got := make([]float32, 60*V), make([]float32, 60*V)
+		m.Head(ad, nil, full.Hidden[:60*D], 60, nil, nil, func(t int, row []float32) bool {
+			copy(want[t*V:], row)
+			return false
+		})
+		m.Logits(z, h, 60, nil, func(t int, row []float32) { copy(got[t*V:], row) })
+		near(t, preset+" logits", got, want, 1e-4)
 		caches := []*Cache[float32]{root.Fork(), root.Fork()}
 		for p := 60; p < 100; p++ {
-			out, err := m.Decode(ad, caches, []int{seqA[p], seqB[p]})
+			out, err := m.Decode(z, caches, []int{seqA[p], seqB[p]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +99,7 @@ func TestBadTokensAndLength(t *testing.T) {
 		t.Fatalf("length: %v", err)
 	}
 	c := m.NewCache()
-	if _, err := m.Extend(ad, c, []int{-1}); !errors.Is(err, kerr.ErrTokenRange) {
+	if _, err := m.Extend(m.Freeze(ad), c, []int{-1}); !errors.Is(err, kerr.ErrTokenRange) {
 		t.Fatalf("extend: %v", err)
 	}
 }
