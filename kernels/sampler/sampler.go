@@ -120,18 +120,17 @@ func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Req
 	}
 	streams := make([]*rng.Source, q.NumSamples)
 	caches := make([]*transformer.Cache[float32], q.NumSamples)
-	bufs := make([][]candidate, q.NumSamples) // per sample; grows to the survivors it meets
 	for i := range streams {
 		// Sample i's stream depends only on (seed, i): reproducible whatever
 		// else is batched with it.
 		streams[i] = rng.Derive(seed, uint64(i))
 		caches[i] = root.Fork()
+		m.Reserve(caches[i], q.Params.MaxTokens)
 	}
 	// draw appends sample i's next token from its logits row. The head calls
 	// it from several goroutines at once, for distinct samples.
 	draw := func(i int, row []float32) {
-		tok, lp, b := pick(row, &q.Params, streams[i], bufs[i])
-		bufs[i] = b
+		tok, lp := pick(row, &q.Params, streams[i])
 		s := &res.Sequences[i]
 		s.Tokens = append(s.Tokens, tok)
 		s.Logprobs = append(s.Logprobs, lp)
