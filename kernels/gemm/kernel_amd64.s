@@ -19,8 +19,9 @@
 	VXORPS Y10, Y10, Y10 \
 	VXORPS Y11, Y11, Y11
 
-// One k step of the 6x16 tile: B row in Y12/Y13, six broadcasts of A.
-#define STEP(aoff, boff) \
+// One k step of the top four rows of a tile: B row in Y12/Y13, broadcasts
+// of A (packed six wide). The 4x16 edge kernel runs it alone.
+#define STEP4(aoff, boff) \
 	VMOVUPS boff(DI), Y12 \
 	VMOVUPS boff+32(DI), Y13 \
 	VBROADCASTSS aoff(SI), Y14 \
@@ -34,7 +35,11 @@
 	VFMADD231PS Y13, Y14, Y5 \
 	VBROADCASTSS aoff+12(SI), Y15 \
 	VFMADD231PS Y12, Y15, Y6 \
-	VFMADD231PS Y13, Y15, Y7 \
+	VFMADD231PS Y13, Y15, Y7
+
+// One k step of the 6x16 tile: STEP4 and the last two rows.
+#define STEP(aoff, boff) \
+	STEP4(aoff, boff) \
 	VBROADCASTSS aoff+16(SI), Y14 \
 	VFMADD231PS Y12, Y14, Y8 \
 	VFMADD231PS Y13, Y14, Y9 \
@@ -115,23 +120,6 @@ store:
 	STORE(Y10, Y11)
 	VZEROUPPER
 	RET
-
-// One k step of the 4x16 edge tile: as STEP, A still packed six wide.
-#define STEP4(aoff, boff) \
-	VMOVUPS boff(DI), Y12 \
-	VMOVUPS boff+32(DI), Y13 \
-	VBROADCASTSS aoff(SI), Y14 \
-	VFMADD231PS Y12, Y14, Y0 \
-	VFMADD231PS Y13, Y14, Y1 \
-	VBROADCASTSS aoff+4(SI), Y15 \
-	VFMADD231PS Y12, Y15, Y2 \
-	VFMADD231PS Y13, Y15, Y3 \
-	VBROADCASTSS aoff+8(SI), Y14 \
-	VFMADD231PS Y12, Y14, Y4 \
-	VFMADD231PS Y13, Y14, Y5 \
-	VBROADCASTSS aoff+12(SI), Y15 \
-	VFMADD231PS Y12, Y15, Y6 \
-	VFMADD231PS Y13, Y15, Y7
 
 // func kernel4x16AVX(k int, a, b, c *float32, ldc int, next *float32)
 // The bottom tile of a row block whose height leaves four rows or fewer
