@@ -60,17 +60,56 @@
 	VMOVUPS hi, 32(DX) \
 	ADDQ R8, DX
 
+// The tile kernels' shared parts. Labels are local to each TEXT block, so
+// TILE_LOOP can appear once in each kernel.
+#define TILE_ARGS \
+	MOVQ k+0(FP), CX \
+	MOVQ a+8(FP), SI \
+	MOVQ b+16(FP), DI \
+	MOVQ c+24(FP), DX \
+	MOVQ ldc+32(FP), R8 \
+	MOVQ next+40(FP), R10 \
+	SHLQ $2, R8 \
+	MOVQ DX, R9
+
+// The k loop, four steps at a time: each step also touches one 64-byte row
+// of the next B panel (R10), so a panel streaming from memory arrives while
+// this one is multiplied. Ends at label store.
+#define TILE_LOOP(S) \
+	MOVQ CX, BX \
+	SHRQ $2, BX \
+	ANDQ $3, CX \
+	TESTQ BX, BX \
+	JE   tail \
+loop4: \
+	PREFETCHT0 384(SI) \
+	PREFETCHT0 (R10) \
+	S(0, 0) \
+	PREFETCHT0 64(R10) \
+	S(24, 64) \
+	PREFETCHT0 128(R10) \
+	S(48, 128) \
+	PREFETCHT0 192(R10) \
+	S(72, 192) \
+	ADDQ $96, SI \
+	ADDQ $256, DI \
+	ADDQ $256, R10 \
+	DECQ BX \
+	JNZ  loop4 \
+tail: \
+	TESTQ CX, CX \
+	JE    store \
+loop1: \
+	S(0, 0) \
+	ADDQ $24, SI \
+	ADDQ $64, DI \
+	DECQ CX \
+	JNZ  loop1
+
 // func kernel6x16AVX(k int, a, b, c *float32, ldc int, next *float32)
 TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	MOVQ next+40(FP), R10
-	SHLQ $2, R8
+	TILE_ARGS
 	// Touch the C tile now so its lines arrive while the k loop runs.
-	MOVQ DX, R9
 	PREFETCHROW
 	PREFETCHROW
 	PREFETCHROW
@@ -78,38 +117,7 @@ TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-48
 	PREFETCHROW
 	PREFETCHROW
 	ZERO12
-	MOVQ CX, BX
-	SHRQ $2, BX
-	ANDQ $3, CX
-	TESTQ BX, BX
-	JE   tail
-
-loop4:
-	PREFETCHT0 384(SI)
-	PREFETCHT0 (R10)
-	STEP(0, 0)
-	PREFETCHT0 64(R10)
-	STEP(24, 64)
-	PREFETCHT0 128(R10)
-	STEP(48, 128)
-	PREFETCHT0 192(R10)
-	STEP(72, 192)
-	ADDQ $96, SI
-	ADDQ $256, DI
-	ADDQ $256, R10
-	DECQ BX
-	JNZ  loop4
-
-tail:
-	TESTQ CX, CX
-	JE    store
-
-loop1:
-	STEP(0, 0)
-	ADDQ $24, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ  loop1
+	TILE_LOOP(STEP)
 
 store:
 	STORE(Y0, Y1)
@@ -126,52 +134,15 @@ store:
 // (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
 // it writes C directly.
 TEXT ·kernel4x16AVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	MOVQ next+40(FP), R10
-	SHLQ $2, R8
-	MOVQ DX, R9
+	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW
 	PREFETCHROW
 	PREFETCHROW
 	ZERO8
-	MOVQ CX, BX
-	SHRQ $2, BX
-	ANDQ $3, CX
-	TESTQ BX, BX
-	JE   tail4
+	TILE_LOOP(STEP4)
 
-loop44:
-	PREFETCHT0 (R10)
-	STEP4(0, 0)
-	PREFETCHT0 64(R10)
-	STEP4(24, 64)
-	PREFETCHT0 128(R10)
-	STEP4(48, 128)
-	PREFETCHT0 192(R10)
-	STEP4(72, 192)
-	ADDQ $96, SI
-	ADDQ $256, DI
-	ADDQ $256, R10
-	DECQ BX
-	JNZ  loop44
-
-tail4:
-	TESTQ CX, CX
-	JE    store4
-
-loop41:
-	STEP4(0, 0)
-	ADDQ $24, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ  loop41
-
-store4:
+store:
 	STORE(Y0, Y1)
 	STORE(Y2, Y3)
 	STORE(Y4, Y5)

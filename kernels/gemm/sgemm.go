@@ -236,18 +236,17 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 			}
 			if nw == nr && (mw == mr || mw == 4) {
 				kernel(kb, ap, bp, c[cOff:], ldc, next)
-				next = &bp[0]
-				continue
-			}
-			var tile [mr * nr]float32
-			kernel(kb, ap, bp, tile[:], nr, next)
-			next = &bp[0]
-			for i := 0; i < mw; i++ {
-				row := c[cOff+i*ldc : cOff+i*ldc+nw]
-				for j := range row {
-					row[j] += tile[i*nr+j]
+			} else {
+				var tile [mr * nr]float32
+				kernel(kb, ap, bp, tile[:], nr, next)
+				for i := 0; i < mw; i++ {
+					row := c[cOff+i*ldc : cOff+i*ldc+nw]
+					for j := range row {
+						row[j] += tile[i*nr+j]
+					}
 				}
 			}
+			next = &bp[0]
 		}
 	}
 }

@@ -49,6 +49,14 @@ func (z *Frozen[F]) term(l int, mod lora.Module) term[F] {
 	return z.layers[l][mod]
 }
 
+// lmHead returns the LM head's term, the zero term for the base model.
+func (z *Frozen[F]) lmHead() term[F] {
+	if z == nil {
+		return term[F]{}
+	}
+	return z.head
+}
+
 // rank is the adapter's rank, 0 for the base model.
 func (z *Frozen[F]) rank() int {
 	if z == nil {

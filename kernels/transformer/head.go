@@ -39,11 +39,7 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 // Logits is Head for inference: the logits of T tokens under a frozen
 // adapter, handed row by row to fn (from several goroutines at once).
 func (m *Model[F]) Logits(z *Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
-	var lt term[F]
-	if z != nil {
-		lt = z.head
-	}
-	m.headPass(lt, nil, hidden, T, nil, ar, func(t int, row []F) bool {
+	m.headPass(z.lmHead(), nil, hidden, T, nil, ar, func(t int, row []F) bool {
 		fn(t, row)
 		return false
 	})

@@ -5,10 +5,11 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 )
 
-// weight is a frozen projection: W [out, in] row-major, and for float32
-// models the same matrix packed once as Wᵀ for the forward product and, for
-// the LM head (re-used by every chunk of tokens), as W for the input
-// gradient. The packed copies are nil on the float64 reference path.
+// weight is a matrix W [out, in] (row-major) as the products use it. Frozen
+// float32 ones (base projections, a Frozen adapter's pairs) are also packed
+// once as Wᵀ for the forward product and, for the LM head (re-used by every
+// chunk of tokens), as W for the input gradient. Training's LoRA pairs and
+// the float64 reference path have no packed copies.
 type weight[F gemm.Float] struct {
 	W      []F
 	packed *gemm.Packed // B = Wᵀ
