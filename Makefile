@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt bench-gemm bench-engine run golden
+.PHONY: build test vet fmt bench-gemm bench-engine run golden proto
 
 build:
 	$(GO) build ./...
@@ -27,11 +27,14 @@ golden:
 	$(GO) build -o bin/wts ./cmd/wts
 	python3 kernels/golden/gen_golden.py --wts bin/wts
 
-# Until the HTTP service lands (issue 3), run generates the default model
-# once and samples from it through the engine.
+# Runs the service on 127.0.0.1:8080 with the embedded default: data in
+# $(DATA), the small generated model, and a test key printed on first start.
 run: build
-	@test -f $(DATA)/models/small/config.json || $(GO) run ./cmd/wts model init --preset small --seed 0 --out $(DATA)/models/small
-	$(GO) run ./cmd/wts sample --model $(DATA)/models/small --prompt 1,17,42 --n 2 --max-tokens 12 --temperature 0.8 --seed 7
+	$(GO) run ./cmd/wts serve --data $(DATA)
+
+# Regenerates actors/wire/wire.pb.go (needs protoc and protoc-gen-go).
+proto:
+	cd actors/wire && protoc --go_out=. --go_opt=paths=source_relative wire.proto
 
 # Engine benchmarks: GEMM beside its peer shapes, then training and decode
 # throughput on the small model and on the Qwen3-0.6B shape.

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -85,7 +86,7 @@ func main() {
 	rep := report{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
-			_, err := tr.ForwardBackward(data, "cross_entropy", nil)
+			_, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
 			check(err)
 		})
 	}

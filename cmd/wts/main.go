@@ -3,6 +3,8 @@
 //	wts model init --preset NAME --seed S --out DIR [--dtype F32|BF16|F16]
 //	wts model info DIR
 //	wts sample --model DIR --prompt 1,2,3 [--max-tokens N --temperature T ...]
+//	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
+//	wts keys create --org NAME [--live] [--data DIR]
 package main
 
 import (
@@ -21,14 +23,18 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <model|sample> ...")
+		return fmt.Errorf("usage: wts <serve|keys|model|sample> ...")
 	}
 	switch args[0] {
 	case "model":
 		return modelCmd(args[1:])
 	case "sample":
 		return sampleCmd(args[1:])
+	case "serve":
+		return serveCmd(args[1:])
+	case "keys":
+		return keysCmd(args[1:])
 	default:
-		return fmt.Errorf("unknown command %q (want model or sample)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, model or sample)", args[0])
 	}
 }

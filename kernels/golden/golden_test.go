@@ -3,6 +3,7 @@
 package golden
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -117,7 +118,7 @@ func TestMatchesPyTorch(t *testing.T) {
 					t.Fatal(err)
 				}
 				grads := ad.ZerosLike()
-				out, err := train.Evaluate(m, ad, data, fn, grads, nil)
+				out, err := train.Evaluate(context.Background(), m, ad, data, fn, grads, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +151,7 @@ func TestMatchesPyTorch(t *testing.T) {
 				data[i] = d.datum("cross_entropy")
 			}
 			for s := 0; s < g.AdamW.Steps; s++ {
-				if _, err := tr.ForwardBackward(data, "cross_entropy", nil); err != nil {
+				if _, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil); err != nil {
 					t.Fatal(err)
 				}
 				met, err := tr.OptimStep(op)

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sort"
@@ -210,7 +211,7 @@ func TestSampleLogprobsMatchForward(t *testing.T) {
 	for _, s := range res.Sequences {
 		full := append(append([]int(nil), prompt...), s.Tokens...)
 		d := train.Datum{ModelInput: full[:len(full)-1], Loss: loss.Inputs{TargetTokens: full[1:]}}
-		out, err := train.Evaluate(m, ad, []train.Datum{d}, ce, nil, nil)
+		out, err := train.Evaluate(context.Background(), m, ad, []train.Datum{d}, ce, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

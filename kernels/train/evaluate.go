@@ -5,6 +5,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -66,7 +67,9 @@ func Validate(data []Datum, fn *loss.Fn, vocab, maxPos int) error {
 // Evaluate computes each datum's target logprobs and loss, and when grads is
 // non-nil adds dL/d(adapter) into it, where L is the loss summed over all
 // tokens of all datums. Buffers come from ar (nil allocates); it is reset.
-func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F]) (*Output, error) {
+// A cancelled ctx stops it between micro-batches with ctx's error (grads
+// then holds part of the batch: Trainer computes into a scratch buffer).
+func Evaluate[F gemm.Float](ctx context.Context, m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F]) (*Output, error) {
 	c := m.Cfg()
 	if err := Validate(data, fn, c.Vocab, c.MaxPos); err != nil {
 		return nil, err
@@ -76,8 +79,10 @@ func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data [
 		out.Logprobs[i] = make([]float64, len(data[i].ModelInput))
 	}
 	tokLoss := make([][]float64, len(data)) // per token, summed per datum at the end in order
+	total, done := 0, 0
 	for i := range data {
 		tokLoss[i] = make([]float64, len(data[i].ModelInput))
+		total += len(data[i].ModelInput)
 	}
 	for lo := 0; lo < len(data); {
 		hi, n := lo, 0
@@ -85,10 +90,15 @@ func Evaluate[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data [
 			n += len(data[hi].ModelInput)
 			hi++
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		ar.Reset() // the previous micro-batch's activations are dead
 		if err := evalMicro(m, ad, data, lo, hi, fn, grads, ar, out, tokLoss); err != nil {
 			return nil, err
 		}
+		done += n
+		progress(ctx, done, total)
 		lo = hi
 	}
 	var sum float64

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -52,7 +53,7 @@ func gradFixture(t *testing.T, preset string) (*transformer.Model[float64], *lor
 	// CISPO's clipped and unclipped branches are both exercised, each far
 	// from its kink.
 	ce, _ := loss.New("cross_entropy", nil)
-	base, err := Evaluate(m, ad, inputsFor("cross_entropy", data), ce, nil, nil)
+	base, err := Evaluate(context.Background(), m, ad, inputsFor("cross_entropy", data), ce, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 				t.Fatal(err)
 			}
 			grads := ad.ZerosLike()
-			if _, err := Evaluate(m, ad, data, fn, grads, nil); err != nil {
+			if _, err := Evaluate(context.Background(), m, ad, data, fn, grads, nil); err != nil {
 				t.Fatal(err)
 			}
 			// CISPO's clipped ratio is detached: its gradient is that of
@@ -99,7 +100,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 			if name == "cispo" {
 				fdFn, _ = loss.New("cross_entropy", nil)
 				fdData = inputsFor("cross_entropy", data)
-				cur, _ := Evaluate(m, ad, data, fn, nil, nil)
+				cur, _ := Evaluate(context.Background(), m, ad, data, fn, nil, nil)
 				for i := range fdData {
 					w := make([]float64, len(cur.Logprobs[i]))
 					for j, lp := range cur.Logprobs[i] {
@@ -110,7 +111,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 				}
 			}
 			lossAt := func() float64 {
-				out, err := Evaluate(m, ad, fdData, fdFn, nil, nil)
+				out, err := Evaluate(context.Background(), m, ad, fdData, fdFn, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -50,24 +51,24 @@ func (t *Trainer) Steps() int { return t.opt.Step }
 func (t *Trainer) PendingGradients() int { return t.pending }
 
 // Forward computes losses and logprobs without touching any state.
-func (t *Trainer) Forward(data []Datum, lossName string, config map[string]float64) (*Output, error) {
+func (t *Trainer) Forward(ctx context.Context, data []Datum, lossName string, config map[string]float64) (*Output, error) {
 	fn, err := loss.New(lossName, config)
 	if err != nil {
 		return nil, err
 	}
-	return Evaluate(t.model, t.adapter, data, fn, nil, t.arena)
+	return Evaluate(ctx, t.model, t.adapter, data, fn, nil, t.arena)
 }
 
 // ForwardBackward computes losses and logprobs and adds the gradient into the
 // accumulator. The gradient is computed apart and checked first: a NaN or Inf
 // anywhere refuses the call and leaves the accumulator as it was.
-func (t *Trainer) ForwardBackward(data []Datum, lossName string, config map[string]float64) (*Output, error) {
+func (t *Trainer) ForwardBackward(ctx context.Context, data []Datum, lossName string, config map[string]float64) (*Output, error) {
 	fn, err := loss.New(lossName, config)
 	if err != nil {
 		return nil, err
 	}
 	g := t.adapter.ZerosLike()
-	out, err := Evaluate(t.model, t.adapter, data, fn, g, t.arena)
+	out, err := Evaluate(ctx, t.model, t.adapter, data, fn, g, t.arena)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -59,11 +60,11 @@ func paramsEqual(t *testing.T, a, b *lora.Adapter[float32], tol float64) {
 func TestAccumulationEqualsWholeBatch(t *testing.T) {
 	data := ceBatch(rng.New(1), 4, 6, 96)
 	whole, split := newTrainer(t, "tiny", 4), newTrainer(t, "tiny", 4)
-	if _, err := whole.ForwardBackward(data, "cross_entropy", nil); err != nil {
+	if _, err := whole.ForwardBackward(context.Background(), data, "cross_entropy", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, part := range [][]Datum{data[:1], data[1:]} {
-		if _, err := split.ForwardBackward(part, "cross_entropy", nil); err != nil {
+		if _, err := split.ForwardBackward(context.Background(), part, "cross_entropy", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,14 +88,14 @@ func TestAccumulationEqualsWholeBatch(t *testing.T) {
 func TestNonFiniteRefused(t *testing.T) {
 	tr := newTrainer(t, "tiny", 2)
 	good := ceBatch(rng.New(2), 1, 4, 96)
-	if _, err := tr.ForwardBackward(good, "cross_entropy", nil); err != nil {
+	if _, err := tr.ForwardBackward(context.Background(), good, "cross_entropy", nil); err != nil {
 		t.Fatal(err)
 	}
 	before := tr.grads.Clone()
 	// A sampler logprob of -1000 makes the importance ratio overflow to +Inf.
 	bad := []Datum{{ModelInput: []int{1, 2}, Loss: loss.Inputs{TargetTokens: []int{3, 4},
 		Logprobs: []float64{-1000, -1}, Advantages: []float64{1, 1}}}}
-	if _, err := tr.ForwardBackward(bad, "importance_sampling", nil); !errors.Is(err, kerr.ErrNonFinite) {
+	if _, err := tr.ForwardBackward(context.Background(), bad, "importance_sampling", nil); !errors.Is(err, kerr.ErrNonFinite) {
 		t.Fatalf("err %v", err)
 	}
 	paramsEqual(t, before, tr.grads, 0)
@@ -125,7 +126,7 @@ func TestBadInputs(t *testing.T) {
 		{[]Datum{{ModelInput: []int{1}, Loss: loss.Inputs{TargetTokens: []int{3}, Weights: []float64{math.NaN()}}}}, "cross_entropy", kerr.ErrLossInputs},
 	}
 	for i, c := range cases {
-		if _, err := tr.ForwardBackward(c.data, c.loss, nil); !errors.Is(err, c.want) {
+		if _, err := tr.ForwardBackward(context.Background(), c.data, c.loss, nil); !errors.Is(err, c.want) {
 			t.Fatalf("case %d: %v, want %v", i, err, c.want)
 		}
 	}
@@ -141,7 +142,7 @@ func TestStateRoundTrip(t *testing.T) {
 	p.LR = 5e-3
 	a := newTrainer(t, "tiny-qwen2", 4)
 	for i := 0; i < 2; i++ {
-		a.ForwardBackward(data, "cross_entropy", nil)
+		a.ForwardBackward(context.Background(), data, "cross_entropy", nil)
 		a.OptimStep(p)
 	}
 	dir := t.TempDir()
@@ -156,7 +157,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatalf("steps %d seed %d", b.Steps(), b.Adapter().Cfg.Seed)
 	}
 	for _, tr := range []*Trainer{a, b} {
-		tr.ForwardBackward(data, "cross_entropy", nil)
+		tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
 		tr.OptimStep(p)
 	}
 	paramsEqual(t, a.Adapter(), b.Adapter(), 0)
@@ -186,7 +187,7 @@ func TestLearnsMapping(t *testing.T) {
 	var first, last float64
 	exact := 0
 	for step := 0; step < 150; step++ {
-		out, err := tr.ForwardBackward(data, "cross_entropy", nil)
+		out, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,443 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/wire"
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/train"
+	"github.com/wts-project/wts/kernels/transformer"
+	"github.com/wts-project/wts/persistence"
+)
+
+// job is one operation for the executor, with what it needs to rebuild the
+// run's trainer if it does not hold it at the right state.
+type job struct {
+	RunID       string
+	Epoch       uint64
+	OpID        string
+	SeqID       int64
+	Kind        string
+	Payload     json.RawMessage
+	BaseModel   string
+	LoRA        persistence.LoRA
+	StateSeq    int64 // the trainer must reflect the run's operations up to here
+	SnapshotSeq int64 // the newest snapshot the run has recorded
+}
+
+// executor runs the engine for every run on this node. Jobs run one at a
+// time on its worker (the engine already uses every core); its mailbox stays
+// free meanwhile, so cancels and releases never wait behind a long job.
+type executor struct {
+	sys     *System
+	jobs    chan func()
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc // "run/seq" → cancel, from submit until the job ends
+	drained chan struct{}
+
+	// Owned by the worker goroutine.
+	models   map[string]*transformer.Model[float32]
+	trainers map[string]*trainerState
+}
+
+// trainerState is a run's live trainer and how far it has got.
+type trainerState struct {
+	tr           *train.Trainer
+	baseModel    string
+	stateSeq     int64     // the last mutating operation applied
+	snapshotSeq  int64     // the newest snapshot written
+	lastSnapshot time.Time // compute since then decides the next snapshot
+}
+
+// progressEvery spaces progress reports of one operation.
+const progressEvery = 250 * time.Millisecond
+
+func newExecutor(s *System) *executor {
+	e := &executor{
+		sys: s, jobs: make(chan func(), 1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
+		models: map[string]*transformer.Model[float32]{}, trainers: map[string]*trainerState{},
+	}
+	go e.work()
+	return e
+}
+
+// jobRef names one run's operation to cancel, or (SeqID 0) the run whose
+// trainer to release.
+type jobRef struct {
+	RunID string
+	SeqID int64
+}
+
+// Receive takes the grains' commands.
+func (e *executor) Receive(ctx actor.Context) {
+	c, ok := ctx.Message().(*wire.Call)
+	if !ok {
+		return
+	}
+	var err error
+	switch c.Method {
+	case "exec.job":
+		var j *job
+		if j, err = decode[job](c.Body); err == nil {
+			e.submit(j)
+		}
+	case "exec.cancel":
+		var r *jobRef
+		if r, err = decode[jobRef](c.Body); err == nil {
+			e.cancel(r.RunID, r.SeqID)
+		}
+	case "exec.release":
+		var r *jobRef
+		if r, err = decode[jobRef](c.Body); err == nil {
+			e.release(r.RunID)
+		}
+	default:
+		err = fmt.Errorf("unknown method %q", c.Method)
+	}
+	if err != nil {
+		e.sys.log.Error("executor command", "method", c.Method, "err", err)
+	}
+}
+
+func (e *executor) work() {
+	defer close(e.drained)
+	for fn := range e.jobs {
+		fn()
+	}
+}
+
+func jobKey(runID string, seq int64) string { return runID + "/" + strconv.FormatInt(seq, 10) }
+
+// submit queues a job; its cancel is registered at once, so a cancel before
+// it starts stops it too.
+func (e *executor) submit(j *job) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.mu.Lock()
+	e.cancels[jobKey(j.RunID, j.SeqID)] = cancel
+	e.mu.Unlock()
+	e.jobs <- func() { e.run(ctx, j) }
+}
+
+func (e *executor) cancel(runID string, seq int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.cancels[jobKey(runID, seq)]; c != nil {
+		c()
+	}
+}
+
+// release drops a run's trainer once the jobs queued before it are done.
+func (e *executor) release(runID string) {
+	e.jobs <- func() { delete(e.trainers, runID) }
+}
+
+// drain stops taking jobs and waits for the queued ones; when ctx ends first,
+// the rest are cancelled (and report so) before it returns.
+func (e *executor) drain(ctx context.Context) {
+	close(e.jobs)
+	select {
+	case <-e.drained:
+		return
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	for _, c := range e.cancels {
+		c()
+	}
+	e.mu.Unlock()
+	<-e.drained
+}
+
+func (e *executor) run(ctx context.Context, j *job) {
+	start := time.Now()
+	d := e.execute(ctx, j)
+	d.RunID, d.Epoch, d.SeqID, d.DurationMS = j.RunID, j.Epoch, j.SeqID, float64(time.Since(start).Microseconds())/1000
+	e.mu.Lock()
+	delete(e.cancels, jobKey(j.RunID, j.SeqID))
+	e.mu.Unlock()
+	e.sys.tell(runKind, j.RunID, "run.exec_done", d)
+}
+
+// execute runs one operation and says how it ended.
+func (e *executor) execute(ctx context.Context, j *job) *done {
+	if ctx.Err() != nil {
+		return &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
+	}
+	ts, err := e.trainer(ctx, j)
+	if err != nil {
+		return failure(ctx, err)
+	}
+	var last time.Time
+	ctx = train.WithProgress(ctx, func(doneTokens, total int) {
+		if now := time.Now(); now.Sub(last) >= progressEvery {
+			last = now
+			p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
+			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+		}
+	})
+	res, metrics, err := apply(ctx, ts.tr, j.Kind, j.Payload)
+	if err != nil {
+		return failure(ctx, err)
+	}
+	d := &done{Status: OpSucceeded, Metrics: metrics, Steps: int64(ts.tr.Steps())}
+	if d.Result, err = json.Marshal(res); err != nil {
+		return failure(ctx, fmt.Errorf("encode result: %w", err))
+	}
+	if payload.Mutates(j.Kind) {
+		ts.stateSeq = j.SeqID
+	}
+	if j.Kind == payload.OptimStep && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery {
+		if err := e.snapshot(j.RunID, ts); err != nil {
+			e.sys.log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
+		} else {
+			d.SnapshotSeq = ts.snapshotSeq
+		}
+	}
+	return d
+}
+
+// failure classifies an error: a cancel, the caller's input (its engine
+// code), or an internal fault.
+func failure(ctx context.Context, err error) *done {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
+	}
+	if code := kerr.Code(err); code != "" {
+		return &done{Status: OpFailed, Code: code, Message: err.Error()}
+	}
+	return &done{Status: OpFailed, Code: CodeInternal, Message: err.Error()}
+}
+
+// forwardResult is the result of forward and forward_backward.
+type forwardResult struct {
+	LossFnOutputs []lossOutput       `json:"loss_fn_outputs"`
+	Metrics       map[string]float64 `json:"metrics"`
+}
+
+type lossOutput struct {
+	Logprobs []float64 `json:"logprobs"`
+	Loss     float64   `json:"loss"`
+}
+
+// optimResult is the result of optim_step.
+type optimResult struct {
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// apply runs one operation on a trainer. It returns the result object and,
+// for operations that leave a step record, the record's values.
+func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMessage) (any, map[string]float64, error) {
+	p, err := payload.Parse(kind, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch p := p.(type) {
+	case *payload.Batch:
+		run := tr.Forward
+		if kind == payload.ForwardBackward {
+			run = tr.ForwardBackward
+		}
+		out, err := run(ctx, p.Datums(), p.LossFn, p.LossFnConfig)
+		if err != nil {
+			return nil, nil, err
+		}
+		res := forwardResult{LossFnOutputs: make([]lossOutput, len(out.Losses)), Metrics: out.Metrics}
+		for i := range out.Losses {
+			res.LossFnOutputs[i] = lossOutput{Logprobs: out.Logprobs[i], Loss: out.Losses[i]}
+		}
+		if kind == payload.Forward {
+			return res, nil, nil
+		}
+		values := make(map[string]float64, len(out.Metrics)+1)
+		for k, v := range out.Metrics {
+			values[k] = v
+		}
+		if n := out.Metrics["tokens:sum"]; n > 0 {
+			values["loss:mean"] = out.Metrics["loss:sum"] / n
+		}
+		return res, values, nil
+	case *payload.Step:
+		m, err := tr.OptimStep(p.Params())
+		if err != nil {
+			return nil, nil, err
+		}
+		clipped := 0.0
+		if m.Clipped {
+			clipped = 1
+		}
+		values := map[string]float64{"grad_norm": m.GradNorm, "learning_rate": m.LR, "step": float64(m.Step), "clipped": clipped}
+		return optimResult{Metrics: values}, values, nil
+	}
+	return nil, nil, fmt.Errorf("executor: no engine primitive for %s", kind)
+}
+
+// trainer returns the run's trainer at the job's state. When this node does
+// not hold it there (a restart, or another node ran the run), it rebuilds it:
+// the newest snapshot, then every succeeded mutating operation after it,
+// replayed in order from the store. The engine is deterministic, so the
+// replayed state is the one the operations produced; each replayed loss is
+// compared with the recorded one to show it.
+func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
+	if ts := e.trainers[j.RunID]; ts != nil && ts.stateSeq == j.StateSeq {
+		return ts, nil
+	}
+	delete(e.trainers, j.RunID)
+	m, err := e.model(j.BaseModel)
+	if err != nil {
+		return nil, err
+	}
+	ts := &trainerState{baseModel: j.BaseModel, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq}
+	if j.SnapshotSeq > 0 {
+		if ts.tr, err = train.LoadState(e.snapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
+			return nil, fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
+		}
+	} else {
+		ad, err := lora.New(m.Cfg(), loraConfig(&j.LoRA))
+		if err != nil {
+			return nil, err
+		}
+		ts.tr = train.NewTrainer(m, ad)
+	}
+	var replay []*persistence.Operation
+	err = e.sys.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
+			op := new(persistence.Operation)
+			if err := persistence.Decode(raw, op); err != nil {
+				return false, err
+			}
+			if op.SeqID > j.StateSeq {
+				return false, nil
+			}
+			if op.Status == OpSucceeded && payload.Mutates(op.Kind) {
+				replay = append(replay, op)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read operations to replay: %w", err)
+	}
+	for _, op := range replay {
+		res, _, err := apply(ctx, ts.tr, op.Kind, op.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
+		}
+		e.checkReplay(op, res)
+		ts.stateSeq = op.SeqID
+	}
+	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(replay), "state_seq", j.StateSeq)
+	e.trainers[j.RunID] = ts
+	return ts, nil
+}
+
+// checkReplay logs a replayed forward_backward whose loss differs from the
+// recorded one: the rebuilt trainer would then not be the one callers saw.
+func (e *executor) checkReplay(op *persistence.Operation, res any) {
+	fr, ok := res.(forwardResult)
+	if !ok {
+		return
+	}
+	var recorded forwardResult
+	if err := json.Unmarshal(op.Result, &recorded); err != nil {
+		return
+	}
+	if a, b := fr.Metrics["loss:sum"], recorded.Metrics["loss:sum"]; a != b && !(math.IsNaN(a) && math.IsNaN(b)) {
+		e.sys.log.Warn("replayed loss differs from the recorded one", "run", op.RunID, "seq", op.SeqID, "replayed", a, "recorded", b)
+	}
+}
+
+// model loads a catalog model once per node.
+func (e *executor) model(name string) (*transformer.Model[float32], error) {
+	if m := e.models[name]; m != nil {
+		return m, nil
+	}
+	entry, ok := e.sys.cfg.Registry.Catalog().Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not in the catalog", kerr.ErrBadModel, name)
+	}
+	w, err := model.Load(entry.Dir)
+	if err != nil {
+		return nil, err
+	}
+	m := transformer.New(w)
+	e.models[name] = m
+	return m, nil
+}
+
+func (e *executor) snapshotDir(runID string, seq int64) string {
+	return filepath.Join(e.sys.cfg.DataDir, "runs", runID, "snapshots", strconv.FormatInt(seq, 10))
+}
+
+// snapshot writes the trainer (after an optim_step, so no gradient is
+// pending) to the run volume. It keeps the previous snapshot until a later
+// one replaces it: the run record may still name it if the node dies before
+// the grain records this one.
+func (e *executor) snapshot(runID string, ts *trainerState) error {
+	dir := e.snapshotDir(runID, ts.stateSeq)
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := ts.tr.SaveState(tmp, ts.baseModel); err != nil {
+		return err
+	}
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	if ts.snapshotSeq > 0 {
+		entries, _ := os.ReadDir(filepath.Dir(dir))
+		for _, en := range entries {
+			if seq, err := strconv.ParseInt(en.Name(), 10, 64); err == nil && seq < ts.snapshotSeq {
+				os.RemoveAll(filepath.Join(filepath.Dir(dir), en.Name()))
+			}
+		}
+	}
+	ts.snapshotSeq, ts.lastSnapshot = ts.stateSeq, time.Now()
+	return syncDir(filepath.Dir(dir))
+}
+
+// syncDir fsyncs a folder's files and the folder itself.
+func syncDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, en := range entries {
+		if en.IsDir() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, en.Name()))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

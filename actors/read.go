@@ -1,0 +1,164 @@
+package actors
+
+import (
+	"errors"
+	"math"
+
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/persistence"
+)
+
+// Reads go straight to the store: it holds only committed state, which is
+// exactly what a caller may see, and polling never queues behind a grain.
+
+// get reads one record owned by tenant t; another tenant's record is "not
+// found", never "forbidden", so ids leak nothing.
+func get[T any](s *System, b persistence.Bucket, what, id string, t persistence.Tenant, owner func(*T) persistence.Tenant) (*T, error) {
+	v := new(T)
+	var ok bool
+	err := s.store.View(func(tx *persistence.Tx) (err error) {
+		ok, err = tx.Get(b, []byte(id), v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !ok || owner(v) != t {
+		return nil, notFound(what, id)
+	}
+	return v, nil
+}
+
+// GetSession reads a session.
+func (s *System) GetSession(t persistence.Tenant, id string) (*persistence.Session, error) {
+	return get(s, persistence.Sessions, "session", id, t, func(v *persistence.Session) persistence.Tenant { return v.Tenant })
+}
+
+// GetRun reads a run.
+func (s *System) GetRun(t persistence.Tenant, id string) (*persistence.Run, error) {
+	return get(s, persistence.Runs, "run", id, t, func(v *persistence.Run) persistence.Tenant { return v.Tenant })
+}
+
+// providerOf is the provider of a run's session.
+func (s *System) providerOf(r *persistence.Run) string {
+	ss, err := s.GetSession(r.Tenant, r.SessionID)
+	if err != nil {
+		return ""
+	}
+	return ss.Provider
+}
+
+// GetOperation reads an operation by id alone.
+func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Operation, error) {
+	var op persistence.Operation
+	var found bool
+	var owner persistence.Tenant
+	err := s.store.View(func(tx *persistence.Tx) error {
+		var key []byte
+		if ok, err := tx.Get(persistence.OpIndex, []byte(id), &key); err != nil || !ok {
+			return err
+		}
+		if _, err := tx.Get(persistence.Ops, key, &op); err != nil {
+			return err
+		}
+		var r persistence.Run
+		found = true
+		_, err := tx.Get(persistence.Runs, []byte(op.RunID), &r)
+		owner = r.Tenant
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found || owner != t {
+		return nil, notFound("operation", id)
+	}
+	op.Payload = nil
+	return &op, nil
+}
+
+// Page is one page of a run's sequence-keyed records.
+type Page[T any] struct {
+	Items        []T
+	NextAfterSeq int64
+}
+
+// page reads up to limit records of run from bucket b with seq > after.
+func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
+	if _, err := s.GetRun(t, runID); err != nil {
+		return nil, err
+	}
+	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
+	err := s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
+			var v T
+			if err := persistence.Decode(raw, &v); err != nil {
+				return false, err
+			}
+			p.Items = append(p.Items, v)
+			p.NextAfterSeq = seqOf(&v)
+			return len(p.Items) < limit, nil
+		})
+	})
+	return p, err
+}
+
+// ListOperations pages a run's operations in seq_id order.
+func (s *System) ListOperations(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Operation], error) {
+	p, err := page(s, t, persistence.Ops, runID, after, limit, func(o *persistence.Operation) int64 { return o.SeqID })
+	if p != nil {
+		for i := range p.Items {
+			p.Items[i].Payload = nil
+		}
+	}
+	return p, err
+}
+
+// Summary describes one metric over all of a run's step records.
+type Summary struct {
+	Last  float64 `json:"last"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	Mean  float64 `json:"mean"`
+	Count int     `json:"count"`
+}
+
+// Metrics pages a run's step records and summarises every metric over all of
+// them (not only the page).
+func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Metric], map[string]Summary, error) {
+	p, err := page(s, t, persistence.Metrics, runID, after, limit, func(m *persistence.Metric) int64 { return m.SeqID })
+	if err != nil {
+		return nil, nil, err
+	}
+	all, err := page(s, t, persistence.Metrics, runID, 0, math.MaxInt, func(m *persistence.Metric) int64 { return m.SeqID })
+	if err != nil {
+		return nil, nil, err
+	}
+	sum := map[string]Summary{}
+	for _, m := range all.Items {
+		for k, v := range m.Values {
+			x, seen := sum[k]
+			if !seen {
+				x.Min, x.Max = v, v
+			}
+			x.Last, x.Min, x.Max = v, min(x.Min, v), max(x.Max, v)
+			x.Mean += (v - x.Mean) / float64(x.Count+1)
+			x.Count++
+			sum[k] = x
+		}
+	}
+	return p, sum, nil
+}
+
+// engineRefusal turns an engine input error into a validation refusal with
+// the engine's code.
+func engineRefusal(err error) error {
+	if code := kerr.Code(err); code != "" {
+		return &Error{Code: code, Message: err.Error()}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
+}

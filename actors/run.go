@@ -1,0 +1,606 @@
+package actors
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/wire"
+	"github.com/wts-project/wts/persistence"
+)
+
+// Submission is one operation submitted to a run, schema-checked already.
+type Submission struct {
+	Tenant         persistence.Tenant
+	RunID          string
+	SeqID          int64
+	IdempotencyKey string
+	RequestHash    string
+	Kind           string
+	Payload        json.RawMessage
+}
+
+// Accepted is a grain's answer to a submission: the operation handle, and
+// whether this request created it (false: an idempotent repeat).
+type Accepted struct {
+	Op      persistence.Operation
+	Created bool
+}
+
+// Submit checks a submission against the run's model and capability, then
+// hands it to the run's grain, which accepts it durably.
+func (s *System) Submit(sub Submission) (*Accepted, error) {
+	run, err := s.GetRun(sub.Tenant, sub.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if !contains(s.cfg.Registry.Row(s.providerOf(run)).Operations, sub.Kind) {
+		return nil, refuse(CodeUnsupported, "operation %s is not offered for this run", sub.Kind)
+	}
+	parsed, err := payload.Parse(sub.Kind, sub.Payload)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := s.cfg.Registry.Catalog().Lookup(run.BaseModel)
+	if err := payload.CheckModel(parsed, m.Config); err != nil {
+		return nil, engineRefusal(err)
+	}
+	var out Accepted
+	return &out, s.call(runKind, sub.RunID, "run.submit", sub, &out)
+}
+
+// Control is a finish or cancel request on a run.
+type Control struct {
+	Tenant    persistence.Tenant
+	RequestID string
+}
+
+// Finish asks the run to finish once its queued operations have run.
+func (s *System) Finish(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
+	var out Accepted
+	return &out, s.call(runKind, runID, "run.finish", Control{t, requestID}, &out)
+}
+
+// Cancel cancels the run's pending and executing operations and ends it.
+func (s *System) Cancel(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
+	var out Accepted
+	return &out, s.call(runKind, runID, "run.cancel", Control{t, requestID}, &out)
+}
+
+// runEnd is the session's order to end its run (close, lease expiry).
+type runEnd struct {
+	Status string
+	Code   string
+}
+
+// runGrain owns one run: it accepts operations in seq_id order, runs them one
+// at a time on the executor, and records their outcome. It caches the run
+// record, which only it writes, fenced by the activation epoch.
+type runGrain struct {
+	sys       *System
+	id        string
+	run       *persistence.Run
+	err       error   // activation failure, answered to every call
+	queue     []int64 // accepted operations not started, in seq order
+	executing int64   // the operation on the executor, 0 if none
+}
+
+func (g *runGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pcluster.ClusterInit:
+		g.id = m.Identity.Identity
+		g.err = g.activate()
+		g.kick()
+	case *wire.Call:
+		answer(ctx, g.sys.log, m, g.handler(m.Method))
+	}
+}
+
+func (g *runGrain) handler(method string) handler {
+	if g.err != nil {
+		return func(actor.Context, []byte) (any, error) { return nil, g.err }
+	}
+	switch method {
+	case "run.submit":
+		return g.submit
+	case "run.finish":
+		return g.finish
+	case "run.cancel":
+		return g.cancel
+	case "run.end":
+		return g.end
+	case "run.wake":
+		return func(actor.Context, []byte) (any, error) { return struct{}{}, nil }
+	case "run.exec_done":
+		return g.execDone
+	case "run.exec_progress":
+		return g.execProgress
+	}
+	return func(actor.Context, []byte) (any, error) { return nil, fmt.Errorf("run: unknown method %q", method) }
+}
+
+// activate takes the run's lease (bumps its epoch) and recovers from
+// whatever the previous activation left: an operation found executing was
+// cut off mid-work, so it fails as interrupted and is never run again; if it
+// changed the trainer, the run is interrupted too, because the operations
+// queued after it were written against a state that will never exist.
+func (g *runGrain) activate() error {
+	return g.sys.store.Update(func(tx *persistence.Tx) error {
+		r := new(persistence.Run)
+		if ok, err := tx.Get(persistence.Runs, []byte(g.id), r); err != nil || !ok {
+			if err == nil {
+				err = notFound("run", g.id)
+			}
+			return err
+		}
+		r.Epoch++
+		g.queue = g.queue[:0]
+		now := g.sys.now()
+		err := g.scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
+			switch {
+			case op.Status == OpExecuting:
+				g.settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+				if payload.Mutates(op.Kind) {
+					r.ErrorCode = CodeInterrupted
+					move(RunMoves, &r.Status, RunInterrupted)
+				}
+			case op.Status == OpPending && Terminal(RunMoves, r.Status):
+				g.settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
+			case op.Status == OpPending:
+				g.queue = append(g.queue, op.SeqID)
+				return nil
+			default:
+				return nil
+			}
+			return tx.Put(persistence.Ops, persistence.SeqKey(op.RunID, op.SeqID), op)
+		})
+		if err != nil {
+			return err
+		}
+		r.UpdatedAt = now
+		g.run = r
+		return tx.Put(persistence.Runs, []byte(r.ID), r)
+	})
+}
+
+// scanOps calls fn on the run's operations after seq, in order.
+func (g *runGrain) scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
+	return tx.Scan(persistence.Ops, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
+		op := new(persistence.Operation)
+		if err := persistence.Decode(raw, op); err != nil {
+			return false, err
+		}
+		return true, fn(op)
+	})
+}
+
+// settle ends an operation.
+func (g *runGrain) settle(op *persistence.Operation, status, code, msg string, now time.Time) {
+	op.Status = status
+	if code != "" {
+		op.ErrorCode, op.ErrorMessage = &code, &msg
+	}
+	op.UpdatedAt = now
+}
+
+// write commits fn's changes to a copy of the run record and, once durable,
+// makes the copy the grain's. fn may run more than once.
+func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) error {
+	var next *persistence.Run
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		var stored persistence.Run
+		if _, err := tx.Get(persistence.Runs, []byte(g.id), &stored); err != nil {
+			return err
+		}
+		if stored.Epoch != g.run.Epoch {
+			return errFenced
+		}
+		r := *g.run
+		if err := fn(tx, &r); err != nil {
+			return err
+		}
+		r.UpdatedAt = g.sys.now()
+		next = &r
+		return tx.Put(persistence.Runs, []byte(r.ID), &r)
+	})
+	if err == nil {
+		g.run = next
+	}
+	return err
+}
+
+// accepting refuses new operations on a run that takes none.
+func accepting(r *persistence.Run) error {
+	if r.Status != RunCreated && r.Status != RunRunning {
+		return refuse(CodeRunNotAccepting, "run %s is %s and accepts no operations", r.ID, r.Status)
+	}
+	return nil
+}
+
+// existing returns the operation an idempotency key already names, if any.
+func (g *runGrain) existing(key []byte) (*persistence.Operation, error) {
+	var op *persistence.Operation
+	err := g.sys.store.View(func(tx *persistence.Tx) error {
+		var seq int64
+		if ok, err := tx.Get(persistence.Idem, key, &seq); err != nil || !ok {
+			return err
+		}
+		op = new(persistence.Operation)
+		_, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op)
+		return err
+	})
+	return op, err
+}
+
+func (g *runGrain) submit(_ actor.Context, body []byte) (any, error) {
+	sub, err := decode[Submission](body)
+	if err != nil {
+		return nil, err
+	}
+	if sub.Tenant != g.run.Tenant {
+		return nil, notFound("run", g.id)
+	}
+	key := persistence.IdemKey(g.id, sub.IdempotencyKey)
+	if op, err := g.existing(key); err != nil || op != nil {
+		if err != nil {
+			return nil, err
+		}
+		if op.RequestHash != sub.RequestHash {
+			return nil, refuse(CodeIdempotencyConflict, "idempotency_key %q was used for operation %s (seq_id %d) with another request_hash", sub.IdempotencyKey, op.ID, op.SeqID)
+		}
+		return handle(op, false), nil
+	}
+	if err := accepting(g.run); err != nil {
+		return nil, err
+	}
+	if sub.SeqID != g.run.NextSeqID {
+		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the run's next_seq_id %d", sub.SeqID, g.run.NextSeqID)
+	}
+	op, err := g.accept(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
+	if err != nil {
+		return nil, err
+	}
+	g.kick()
+	return handle(op, true), nil
+}
+
+// accept writes a new operation at the run's next seq_id, with its
+// idempotency entry, and extends the session's lease (an operation is
+// activity). Nothing is acknowledged before this is on disk.
+func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
+	var op *persistence.Operation
+	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		var ss persistence.Session
+		if _, err := tx.Get(persistence.Sessions, []byte(r.SessionID), &ss); err != nil {
+			return err
+		}
+		now := g.sys.now()
+		if kind != payload.Cancel {
+			if ss.Status != SessionReady || now.After(ss.LeaseExpiresAt) {
+				return refuse(CodeSessionNotReady, "session %s is %s (lease until %s)", ss.ID, ss.Status, ss.LeaseExpiresAt.Format(time.RFC3339))
+			}
+			ss.LeaseExpiresAt = now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
+			if err := tx.Put(persistence.Sessions, []byte(ss.ID), &ss); err != nil {
+				return err
+			}
+		}
+		op = &persistence.Operation{
+			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.ID, SeqID: r.NextSeqID,
+			Kind: kind, Status: OpPending, CreatedAt: now, UpdatedAt: now,
+			IdempotencyKey: key, RequestHash: hash, Payload: body,
+		}
+		r.NextSeqID++
+		if r.Status == RunCreated {
+			move(RunMoves, &r.Status, RunRunning)
+		}
+		switch kind {
+		case payload.Finish:
+			move(RunMoves, &r.Status, RunFinishing)
+		case payload.Cancel:
+			move(RunMoves, &r.Status, RunCancelRequested)
+		}
+		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, op.SeqID), op); err != nil {
+			return err
+		}
+		if err := tx.Put(persistence.OpIndex, []byte(op.ID), persistence.SeqKey(r.ID, op.SeqID)); err != nil {
+			return err
+		}
+		return tx.Put(persistence.Idem, idem, op.SeqID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.queue = append(g.queue, op.SeqID)
+	return op, nil
+}
+
+// handle is the operation as a caller sees it (its payload stays stored).
+func handle(op *persistence.Operation, created bool) *Accepted {
+	c := *op
+	c.Payload = nil
+	return &Accepted{Op: c, Created: created}
+}
+
+// controlKey keys a finish or cancel request's request_id: a byte after the
+// run id that no idempotency key entry has (those have 0).
+func controlKey(runID, kind, requestID string) []byte {
+	return fmt.Appendf(nil, "%s\x01%s\x00%s", runID, kind, requestID)
+}
+
+// control accepts a finish or cancel operation while the run's status is
+// one of allowed; a repeat of its request_id returns the first one.
+func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accepted, error) {
+	if req.Tenant != g.run.Tenant {
+		return nil, notFound("run", g.id)
+	}
+	key := controlKey(g.id, kind, req.RequestID)
+	if op, err := g.existing(key); err != nil || op != nil {
+		if err != nil {
+			return nil, err
+		}
+		return handle(op, false), nil
+	}
+	if !contains(allowed, g.run.Status) {
+		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.id, g.run.Status, kind)
+	}
+	op, err := g.accept(key, kind, "", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return handle(op, true), nil
+}
+
+func (g *runGrain) finish(_ actor.Context, body []byte) (any, error) {
+	req, err := decode[Control](body)
+	if err != nil {
+		return nil, err
+	}
+	acc, err := g.control(req, payload.Finish, RunCreated, RunRunning)
+	if err == nil && acc.Created {
+		g.kick()
+	}
+	return acc, err
+}
+
+func (g *runGrain) cancel(_ actor.Context, body []byte) (any, error) {
+	req, err := decode[Control](body)
+	if err != nil {
+		return nil, err
+	}
+	acc, err := g.control(req, payload.Cancel, RunCreated, RunRunning, RunFinishing)
+	if err == nil && acc.Created {
+		g.stopWork(CodeCancelled, "the run was cancelled")
+	}
+	return acc, err
+}
+
+// end is the session ending the run (session close or lease expiry).
+func (g *runGrain) end(_ actor.Context, body []byte) (any, error) {
+	req, err := decode[runEnd](body)
+	if err != nil {
+		return nil, err
+	}
+	if Terminal(RunMoves, g.run.Status) || g.run.Status == RunCancelRequested {
+		return struct{}{}, nil
+	}
+	if req.Status == RunCancelled {
+		_, err := g.control(&Control{g.run.Tenant, "session-close"}, payload.Cancel, RunCreated, RunRunning, RunFinishing)
+		if err == nil {
+			g.stopWork(CodeCancelled, "the session was closed")
+		}
+		return struct{}{}, err
+	}
+	err = g.write(func(_ *persistence.Tx, r *persistence.Run) error {
+		r.ErrorCode = req.Code
+		return move(RunMoves, &r.Status, req.Status)
+	})
+	if err == nil {
+		g.stopWork(req.Code, "the session's lease expired")
+		g.ended()
+	}
+	return struct{}{}, err
+}
+
+// stopWork cancels every queued operation (a queued cancel or finish
+// included) and the executing one, and completes the run's ending if
+// nothing is executing.
+func (g *runGrain) stopWork(code, msg string) {
+	var ctl int64
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		now := g.sys.now()
+		ctl = 0
+		for _, seq := range g.queue {
+			op := new(persistence.Operation)
+			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+			if op.Kind == payload.Cancel {
+				ctl = seq
+				continue
+			}
+			g.settle(op, OpCancelled, code, msg, now)
+			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		g.sys.log.Error("cancel queued operations", "run", g.id, "err", err)
+		return
+	}
+	g.queue = g.queue[:0]
+	if ctl != 0 {
+		g.queue = append(g.queue, ctl)
+	}
+	if g.executing != 0 {
+		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing})
+		return
+	}
+	g.kick()
+}
+
+// kick starts the next queued operation if none is executing.
+func (g *runGrain) kick() {
+	for g.err == nil && g.executing == 0 && len(g.queue) > 0 {
+		seq := g.queue[0]
+		var op persistence.Operation
+		err := g.sys.store.View(func(tx *persistence.Tx) error {
+			_, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), &op)
+			return err
+		})
+		if err != nil {
+			g.sys.log.Error("read queued operation", "run", g.id, "seq", seq, "err", err)
+			return
+		}
+		g.queue = g.queue[1:]
+		if op.Kind == payload.Finish || op.Kind == payload.Cancel {
+			g.complete(&op)
+			continue
+		}
+		err = g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
+			o := op
+			o.Status, o.UpdatedAt = OpExecuting, g.sys.now()
+			return tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), &o)
+		})
+		if err != nil {
+			g.sys.log.Error("start operation", "run", g.id, "seq", seq, "err", err)
+			g.queue = append([]int64{seq}, g.queue...)
+			return
+		}
+		g.executing = seq
+		g.sys.toExecutor("exec.job", &job{
+			RunID: g.id, Epoch: g.run.Epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload,
+			BaseModel: g.run.BaseModel, LoRA: g.run.LoRA, StateSeq: g.run.StateSeq, SnapshotSeq: g.run.SnapshotSeq,
+		})
+	}
+}
+
+// complete runs a finish or cancel operation, which reaches the head of the
+// queue once everything before it has ended.
+func (g *runGrain) complete(op *persistence.Operation) {
+	to := RunFinished
+	if op.Kind == payload.Cancel {
+		to = RunCancelled
+	}
+	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		o := *op
+		g.settle(&o, OpSucceeded, "", "", g.sys.now())
+		if r.Status == RunFinishing || r.Status == RunCancelRequested {
+			if err := move(RunMoves, &r.Status, to); err != nil {
+				return err
+			}
+		}
+		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, o.SeqID), &o)
+	})
+	if err != nil {
+		g.sys.log.Error("complete operation", "run", g.id, "kind", op.Kind, "err", err)
+		return
+	}
+	g.ended()
+}
+
+// ended releases a terminal run's trainer and tells its session.
+func (g *runGrain) ended() {
+	if !Terminal(RunMoves, g.run.Status) {
+		return
+	}
+	g.sys.toExecutor("exec.release", jobRef{RunID: g.id})
+	g.sys.tell(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
+}
+
+// done is the executor's report on one operation.
+type done struct {
+	RunID       string
+	Epoch       uint64
+	SeqID       int64
+	Status      string // succeeded, failed or cancelled
+	Code        string
+	Message     string
+	Result      json.RawMessage
+	Metrics     map[string]float64 // the step record's values, for fwd-bwd and optim_step
+	Steps       int64
+	DurationMS  float64
+	SnapshotSeq int64 // a snapshot was taken after this operation
+}
+
+func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
+	d, err := decode[done](body)
+	if err != nil {
+		return nil, err
+	}
+	if d.Epoch != g.run.Epoch || d.SeqID != g.executing {
+		return nil, nil // for an older activation, which recovery has settled
+	}
+	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+			return err
+		}
+		now := g.sys.now()
+		g.settle(op, d.Status, d.Code, d.Message, now)
+		op.Result = d.Result
+		if d.SnapshotSeq > 0 {
+			r.SnapshotSeq = d.SnapshotSeq
+		}
+		switch {
+		case d.Status == OpSucceeded && payload.Mutates(op.Kind):
+			r.StateSeq, r.Steps = d.SeqID, d.Steps
+		case d.Status == OpFailed && payload.Mutates(op.Kind) && !Terminal(RunMoves, r.Status) && r.Status != RunCancelRequested:
+			r.ErrorCode = d.Code
+			if err := move(RunMoves, &r.Status, RunPoisoned); err != nil {
+				return err
+			}
+		}
+		if d.Metrics != nil {
+			m := persistence.Metric{SeqID: d.SeqID, Kind: op.Kind, Step: r.Steps, Values: d.Metrics, DurationMS: d.DurationMS, CreatedAt: now}
+			if err := tx.Put(persistence.Metrics, persistence.SeqKey(r.ID, d.SeqID), &m); err != nil {
+				return err
+			}
+		}
+		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record operation %d: %w", d.SeqID, err)
+	}
+	g.executing = 0
+	if g.run.Status == RunPoisoned {
+		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
+		g.ended()
+		return nil, nil
+	}
+	g.ended()
+	g.kick()
+	return nil, nil
+}
+
+// progressUpdate is the executor's progress report on the executing
+// operation.
+type progressUpdate struct {
+	Epoch    uint64
+	SeqID    int64
+	Progress json.RawMessage
+}
+
+func (g *runGrain) execProgress(_ actor.Context, body []byte) (any, error) {
+	p, err := decode[progressUpdate](body)
+	if err != nil || p.Epoch != g.run.Epoch || p.SeqID != g.executing {
+		return nil, err
+	}
+	return nil, g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, p.SeqID), op); err != nil {
+			return err
+		}
+		if op.Status != OpExecuting {
+			return nil
+		}
+		now := g.sys.now()
+		op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = p.Progress, &now, now
+		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, p.SeqID), op)
+	})
+}

@@ -1,0 +1,381 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/wts-project/wts/actors/wire"
+	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
+)
+
+// NewSession is a session-creation request, checked for schema already.
+type NewSession struct {
+	Tenant          persistence.Tenant
+	RequestID       string
+	Provider        string
+	Preferences     []string
+	Funding         string
+	CredentialID    string
+	MaxCostMicroUSD *int64
+	IdleTTLSeconds  int64
+	Metadata        json.RawMessage
+}
+
+// CreateSession creates and provisions a session, or returns the one an
+// earlier request with the same request_id created (created is false then).
+// The request_id index and the session are written in one transaction, so
+// two racing requests get one session.
+func (s *System) CreateSession(req NewSession) (sess *persistence.Session, created bool, err error) {
+	provider, err := s.cfg.Registry.Route(req.Provider, req.Preferences)
+	if err != nil {
+		return nil, false, refuse(CodeProviderUnavailable, "%v", err)
+	}
+	funding, err := providers.Funding(req.Funding, req.CredentialID)
+	switch {
+	case errors.Is(err, providers.ErrCredentialRequired):
+		return nil, false, refuse(CodeValidation, "credential_id: is required for byok funding")
+	case errors.Is(err, providers.ErrCredentialUnknown):
+		return nil, false, refuse(CodeCredentialNotFound, "credential %s not found", req.CredentialID)
+	case err != nil:
+		return nil, false, err
+	}
+	ceiling := req.MaxCostMicroUSD
+	if ceiling == nil && funding == "platform" {
+		c := providers.DefaultCeiling
+		ceiling = &c
+	}
+	capability, err := json.Marshal(s.cfg.Registry.Row(provider))
+	if err != nil {
+		return nil, false, fmt.Errorf("encode capability: %w", err)
+	}
+	now := s.now()
+	ttl := providers.IdleTTL(provider, req.IdleTTLSeconds)
+	fresh := &persistence.Session{
+		ID: NewID(SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
+		Status: SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
+		LeaseEpoch: 1, LeaseExpiresAt: now.Add(ttl), IdleTTLSeconds: int64(ttl / time.Second),
+		MaxCostMicroUSD: ceiling, Capability: capability, CapabilitySnapshot: capability,
+		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
+	}
+	key := requestKey(req.Tenant, "session", req.RequestID)
+	err = s.store.Update(func(tx *persistence.Tx) error {
+		sess, created = fresh, true
+		var id string
+		if ok, err := tx.Get(persistence.Requests, key, &id); err != nil || ok {
+			sess, created = new(persistence.Session), false
+			if err != nil {
+				return err
+			}
+			_, err = tx.Get(persistence.Sessions, []byte(id), sess)
+			return err
+		}
+		if err := tx.Put(persistence.Requests, key, fresh.ID); err != nil {
+			return err
+		}
+		return tx.Put(persistence.Sessions, []byte(fresh.ID), fresh)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create session: %w", err)
+	}
+	return sess, created, nil
+}
+
+// requestKey is the request_id index key of a creation in a scope.
+func requestKey(t persistence.Tenant, scope, requestID string) []byte {
+	return fmt.Appendf(nil, "%s\x00%t\x00%s\x00%s", t.Org, t.Live, scope, requestID)
+}
+
+// NewRun is a run-creation request, checked for schema already.
+type NewRun struct {
+	Tenant        persistence.Tenant
+	SessionID     string
+	RequestID     string
+	BaseModel     string
+	ModelRevision string
+	TuningMode    string
+	LoRA          *persistence.LoRA
+	CheckpointID  string
+	Metadata      json.RawMessage
+}
+
+// RunReply is a session grain's answer to a run creation.
+type RunReply struct {
+	Run     persistence.Run
+	Created bool
+}
+
+// CreateRun creates the session's one run.
+func (s *System) CreateRun(req NewRun) (*RunReply, error) {
+	var out RunReply
+	return &out, s.call(sessionKind, req.SessionID, "session.create_run", req, &out)
+}
+
+// Heartbeat extends a session's lease.
+func (s *System) Heartbeat(t persistence.Tenant, id string) (*persistence.Session, error) {
+	var out persistence.Session
+	return &out, s.call(sessionKind, id, "session.heartbeat", t, &out)
+}
+
+// CloseSession closes a session: its run is cancelled if it is still live,
+// and the session is closed once the run has ended.
+func (s *System) CloseSession(t persistence.Tenant, id string) (*persistence.Session, error) {
+	var out persistence.Session
+	return &out, s.call(sessionKind, id, "session.close", t, &out)
+}
+
+// sessionGrain serialises every change to one session. It keeps no copy of
+// the record: runs extend the lease in the same store, so each change reads,
+// checks and writes the record in one transaction.
+type sessionGrain struct {
+	sys   *System
+	id    string
+	epoch int64
+	err   error // activation failure, answered to every call
+}
+
+func (g *sessionGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *pcluster.ClusterInit:
+		g.id = m.Identity.Identity
+		g.err = g.activate()
+	case *wire.Call:
+		answer(ctx, g.sys.log, m, g.handler(m.Method))
+	}
+}
+
+func (g *sessionGrain) handler(method string) handler {
+	if g.err != nil {
+		return func(actor.Context, []byte) (any, error) { return nil, g.err }
+	}
+	switch method {
+	case "session.create_run":
+		return g.createRun
+	case "session.heartbeat":
+		return g.heartbeat
+	case "session.close":
+		return g.close
+	case "session.expire":
+		return g.expire
+	case "session.run_ended":
+		return g.runEnded
+	}
+	return func(actor.Context, []byte) (any, error) { return nil, fmt.Errorf("session: unknown method %q", method) }
+}
+
+// activate takes the session's lease: it bumps lease_epoch, and every later
+// write of this activation checks that no newer one has bumped it again.
+func (g *sessionGrain) activate() error {
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		var ss persistence.Session
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok {
+			if err == nil {
+				err = notFound("session", g.id)
+			}
+			return err
+		}
+		if !Terminal(SessionMoves, ss.Status) {
+			ss.LeaseEpoch++
+		}
+		g.epoch = ss.LeaseEpoch
+		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
+	})
+	return err
+}
+
+// update applies fn to the session inside a fenced transaction and returns
+// the record as written.
+func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx, ss *persistence.Session) error) (*persistence.Session, error) {
+	var out persistence.Session
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		ss := persistence.Session{}
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
+			if err == nil {
+				err = notFound("session", g.id)
+			}
+			return err
+		}
+		if !Terminal(SessionMoves, ss.Status) && ss.LeaseEpoch != g.epoch {
+			return errFenced
+		}
+		if err := fn(tx, &ss); err != nil {
+			return err
+		}
+		ss.UpdatedAt = g.sys.now()
+		out = ss
+		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
+	})
+	return &out, err
+}
+
+// live refuses a session that cannot take new work.
+func (g *sessionGrain) live(ss *persistence.Session) error {
+	if ss.Status != SessionReady {
+		return refuse(CodeSessionNotReady, "session %s is %s", ss.ID, ss.Status)
+	}
+	if g.sys.now().After(ss.LeaseExpiresAt) {
+		return refuse(CodeSessionNotReady, "session %s lease expired at %s", ss.ID, ss.LeaseExpiresAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func (g *sessionGrain) heartbeat(_ actor.Context, body []byte) (any, error) {
+	t, err := decode[persistence.Tenant](body)
+	if err != nil {
+		return nil, err
+	}
+	return g.update(t, func(_ *persistence.Tx, ss *persistence.Session) error {
+		if err := g.live(ss); err != nil {
+			return err
+		}
+		ss.LeaseExpiresAt = g.sys.now().Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
+		return nil
+	})
+}
+
+func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
+	req, err := decode[NewRun](body)
+	if err != nil {
+		return nil, err
+	}
+	var out RunReply
+	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session) error {
+		out = RunReply{}
+		if ss.RunID != "" {
+			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &out.Run); err != nil {
+				return err
+			}
+			if out.Run.RequestID == req.RequestID {
+				return nil
+			}
+			return refuse(CodeRunExists, "session %s already has run %s (a session owns exactly one run)", ss.ID, ss.RunID)
+		}
+		if err := g.live(ss); err != nil {
+			return err
+		}
+		run, err := g.newRun(ss, req)
+		if err != nil {
+			return err
+		}
+		ss.RunID = run.ID
+		out = RunReply{Run: *run, Created: true}
+		return tx.Put(persistence.Runs, []byte(run.ID), run)
+	})
+	return &out, err
+}
+
+// newRun applies the model admission rules of the session's capability row.
+func (g *sessionGrain) newRun(ss *persistence.Session, req *NewRun) (*persistence.Run, error) {
+	var row providers.Capability
+	if err := json.Unmarshal(ss.CapabilitySnapshot, &row); err != nil {
+		return nil, fmt.Errorf("session capability: %w", err)
+	}
+	m, ok := g.sys.cfg.Registry.Catalog().Lookup(req.BaseModel)
+	if !ok || !contains(row.Models, req.BaseModel) {
+		return nil, refuse(CodeModelUnavailable, "base_model %q is not offered by %s (models: %v)", req.BaseModel, ss.Provider, row.Models)
+	}
+	if !providers.CheckRevision(ss.Provider, m, req.ModelRevision) {
+		return nil, refuse(CodeRevisionMismatch, "model_revision %q is not %s's catalog commit for %s (%s)", req.ModelRevision, ss.Provider, m.Name, m.Revision)
+	}
+	if req.TuningMode == "full" || req.LoRA == nil {
+		return nil, refuse(CodeTuningMode, "tuning_mode full is not admitted: the qualified capability rows admit only lora")
+	}
+	prof := row.ResourceProfiles[providers.DefaultProfile]
+	if req.LoRA.Rank > prof.MaxLoRARank {
+		return nil, refuse(CodeValidation, "lora.rank: must be at most %d", prof.MaxLoRARank)
+	}
+	if _, err := lora.New(m.Config, loraConfig(req.LoRA)); err != nil {
+		return nil, refuse(CodeValidation, "lora: %v", err)
+	}
+	if req.CheckpointID != "" {
+		return nil, refuse(CodeCheckpointNotFound, "checkpoint %s not found", req.CheckpointID)
+	}
+	now := g.sys.now()
+	return &persistence.Run{
+		ID: NewID(RunPrefix), SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID,
+		Status: RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
+		TuningMode: "lora", LoRA: *req.LoRA, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
+	}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// loraConfig is the engine configuration of a run's adapter.
+func loraConfig(l *persistence.LoRA) lora.Config {
+	c := lora.Config{Rank: l.Rank, Alpha: lora.DefaultAlpha, Seed: l.Seed}
+	c.Targets(l.TrainAttn, l.TrainMLP, l.TrainUnembed)
+	return c
+}
+
+func (g *sessionGrain) close(_ actor.Context, body []byte) (any, error) {
+	t, err := decode[persistence.Tenant](body)
+	if err != nil {
+		return nil, err
+	}
+	return g.end(t, SessionClosing, RunCancelled, "")
+}
+
+func (g *sessionGrain) expire(actor.Context, []byte) (any, error) {
+	return g.end(nil, SessionTimedOut, RunTimedOut, CodeTimedOut)
+}
+
+// end moves the session to status and ends its run with runStatus. A closing
+// session becomes closed once the run has ended (run_ended).
+func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string) (*persistence.Session, error) {
+	var runID string
+	ss, err := g.update(t, func(tx *persistence.Tx, ss *persistence.Session) error {
+		runID = ""
+		if ss.Status == status || ss.Status == SessionClosed && status == SessionClosing {
+			return nil // a repeat
+		}
+		if status == SessionTimedOut && !g.sys.now().After(ss.LeaseExpiresAt) {
+			return nil // a heartbeat came in after the sweep saw it
+		}
+		if err := move(SessionMoves, &ss.Status, status); err != nil {
+			return refuse(CodeInvalidState, "session %s is %s", ss.ID, ss.Status)
+		}
+		ss.ErrorCode = code
+		if ss.RunID != "" {
+			var r persistence.Run
+			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &r); err != nil {
+				return err
+			}
+			if !Terminal(RunMoves, r.Status) {
+				runID = r.ID
+				return nil
+			}
+		}
+		if ss.Status == SessionClosing {
+			ss.Status = SessionClosed
+		}
+		return nil
+	})
+	if err != nil || runID == "" {
+		return ss, err
+	}
+	err = g.sys.call(runKind, runID, "run.end", runEnd{Status: runStatus, Code: code}, nil)
+	return ss, err
+}
+
+// runEnded closes a closing session once its run has ended.
+func (g *sessionGrain) runEnded(actor.Context, []byte) (any, error) {
+	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session) error {
+		if ss.Status == SessionClosing {
+			return move(SessionMoves, &ss.Status, SessionClosed)
+		}
+		return nil
+	})
+}

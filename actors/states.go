@@ -1,0 +1,94 @@
+package actors
+
+import "fmt"
+
+// The state machines of sessions, runs and operations, as tables: a status
+// may move only to the statuses listed for it. Every status change goes
+// through move, so the tables are the whole rule (docs/states.md prints
+// them).
+
+// Session statuses.
+const (
+	SessionProvisioning = "provisioning"
+	SessionReady        = "ready"
+	SessionFailed       = "failed"
+	SessionClosing      = "closing"
+	SessionClosed       = "closed"
+	SessionInterrupted  = "interrupted"
+	SessionTimedOut     = "timed_out"
+)
+
+// Run statuses.
+const (
+	RunCreated         = "created"
+	RunRunning         = "running"
+	RunPoisoned        = "poisoned"
+	RunFinishing       = "finishing"
+	RunFinished        = "finished"
+	RunCancelRequested = "cancel_requested"
+	RunCancelled       = "cancelled"
+	RunFailed          = "failed"
+	RunInterrupted     = "interrupted"
+	RunTimedOut        = "timed_out"
+)
+
+// Operation statuses.
+const (
+	OpParked    = "parked"
+	OpPending   = "pending"
+	OpExecuting = "executing"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+	OpCancelled = "cancelled"
+)
+
+// SessionMoves is the session table.
+var SessionMoves = map[string][]string{
+	SessionProvisioning: {SessionReady, SessionFailed, SessionClosing, SessionTimedOut},
+	SessionReady:        {SessionClosing, SessionInterrupted, SessionTimedOut},
+	SessionClosing:      {SessionClosed},
+	SessionFailed:       {},
+	SessionClosed:       {},
+	SessionInterrupted:  {},
+	SessionTimedOut:     {},
+}
+
+// RunMoves is the run table.
+var RunMoves = map[string][]string{
+	RunCreated:         {RunRunning, RunFinishing, RunCancelRequested, RunCancelled, RunFailed, RunInterrupted, RunTimedOut},
+	RunRunning:         {RunPoisoned, RunFinishing, RunCancelRequested, RunCancelled, RunFailed, RunInterrupted, RunTimedOut},
+	RunFinishing:       {RunFinished, RunPoisoned, RunCancelRequested, RunCancelled, RunInterrupted, RunTimedOut},
+	RunCancelRequested: {RunCancelled},
+	RunPoisoned:        {},
+	RunFinished:        {},
+	RunCancelled:       {},
+	RunFailed:          {},
+	RunInterrupted:     {},
+	RunTimedOut:        {},
+}
+
+// OpMoves is the operation table.
+var OpMoves = map[string][]string{
+	OpParked:    {OpPending, OpCancelled, OpFailed},
+	OpPending:   {OpExecuting, OpSucceeded, OpCancelled, OpFailed},
+	OpExecuting: {OpSucceeded, OpFailed, OpCancelled},
+	OpSucceeded: {},
+	OpFailed:    {},
+	OpCancelled: {},
+}
+
+// move sets *status to to if the table allows it.
+func move(table map[string][]string, status *string, to string) error {
+	for _, s := range table[*status] {
+		if s == to {
+			*status = to
+			return nil
+		}
+	}
+	return fmt.Errorf("no transition %s -> %s", *status, to)
+}
+
+// Terminal reports whether a status has no way out.
+func Terminal(table map[string][]string, status string) bool {
+	return len(table[status]) == 0
+}

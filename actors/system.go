@@ -1,0 +1,285 @@
+// Package actors holds the service's grains (virtual actors: one per session
+// and per run), the executor actor that runs the engine, and System, the
+// node-local front door the HTTP layer calls.
+//
+// Every state change of a session or run goes through its grain, whose
+// mailbox serialises it; reads go straight to the store, which holds only
+// committed state. Messages between actors are wire.Call envelopes with
+// msgpack bodies, so they cross nodes unchanged once the cluster has more
+// than one member.
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/wts-project/wts/actors/wire"
+	"github.com/wts-project/wts/cluster"
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
+)
+
+// Grain kinds.
+const (
+	sessionKind = "session"
+	runKind     = "run"
+)
+
+// Config configures a node.
+type Config struct {
+	DataDir  string // the store file and the run volume live here
+	Registry *providers.Registry
+	Log      *slog.Logger
+	// SnapshotEvery is the least compute time between two trainer snapshots
+	// of a run (taken after an optim_step); the operations since the last
+	// snapshot are replayed after a restart.
+	SnapshotEvery time.Duration
+	// Now is the clock (tests move it); nil is time.Now.
+	Now func() time.Time
+}
+
+// System is one node: the actor system, its single-member cluster, the
+// store and the executor.
+type System struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *persistence.Store
+	actors   *actor.ActorSystem
+	cluster  *pcluster.Cluster
+	executor *actor.PID
+	exec     *executor
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Start opens the store, starts the grains and the executor, and wakes every
+// run that has work left from before a restart.
+func Start(cfg Config) (*System, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = time.Minute
+	}
+	st, err := persistence.Open(filepath.Join(cfg.DataDir, "wts.db"))
+	if err != nil {
+		return nil, err
+	}
+	s := &System{cfg: cfg, log: cfg.Log, store: st, stop: make(chan struct{})}
+	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
+	}))
+	s.exec = newExecutor(s)
+	s.executor = s.actors.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s.exec }))
+	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: 60 * time.Second},
+		pcluster.NewKind(sessionKind, actor.PropsFromProducer(func() actor.Actor { return &sessionGrain{sys: s} })),
+		pcluster.NewKind(runKind, actor.PropsFromProducer(func() actor.Actor { return &runGrain{sys: s} })))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := s.wakeRuns(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.sweep()
+	return s, nil
+}
+
+// Store is the node's store (the HTTP layer reads keys from it).
+func (s *System) Store() *persistence.Store { return s.store }
+
+// Registry is the node's providers.
+func (s *System) Registry() *providers.Registry { return s.cfg.Registry }
+
+// Stop lets the executing operation finish (until ctx ends; then it is
+// cancelled and recorded so), then stops the actors and closes the store.
+// Pending operations stay pending on disk and run after the next start.
+func (s *System) Stop(ctx context.Context) {
+	close(s.stop)
+	s.wg.Wait()
+	s.exec.drain(ctx)
+	s.cluster.Shutdown(false) // one member: no identities to hand over (graceful waits 2 s for that)
+	s.store.Close()
+}
+
+func (s *System) now() time.Time { return s.cfg.Now().UTC() }
+
+// call sends a request to the grain kind/id and decodes its reply into resp.
+func (s *System) call(kind, id, method string, req, resp any) error {
+	body, err := msgpack.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", method, err)
+	}
+	r, err := s.cluster.Request(id, kind, &wire.Call{Method: method, Body: body})
+	if err != nil {
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s %s did not answer: %v", kind, id, err)}
+	}
+	rep, ok := r.(*wire.Reply)
+	if !ok {
+		return fmt.Errorf("%s: unexpected reply %T", method, r)
+	}
+	if rep.Code != "" {
+		return &Error{Code: rep.Code, Message: rep.Message}
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := msgpack.Unmarshal(rep.Body, resp); err != nil {
+		return fmt.Errorf("decode %s reply: %w", method, err)
+	}
+	return nil
+}
+
+// tell sends a message to a grain without waiting for an answer.
+func (s *System) tell(kind, id, method string, msg any) {
+	body, err := msgpack.Marshal(msg)
+	if err != nil {
+		s.log.Error("encode message", "method", method, "err", err)
+		return
+	}
+	pid := s.cluster.Get(id, kind)
+	if pid == nil {
+		s.log.Error("no activation for grain", "kind", kind, "id", id, "method", method)
+		return
+	}
+	s.actors.Root.Send(pid, &wire.Call{Method: method, Body: body})
+}
+
+// atLeast passes on records of level min and above: protoactor narrates its
+// start-up and every activation at Info.
+type atLeast struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler { return atLeast{h.Handler.WithAttrs(as), h.min} }
+
+func (h atLeast) WithGroup(name string) slog.Handler { return atLeast{h.Handler.WithGroup(name), h.min} }
+
+// toExecutor sends a command to this node's executor.
+func (s *System) toExecutor(method string, msg any) {
+	body, err := msgpack.Marshal(msg)
+	if err != nil {
+		s.log.Error("encode executor command", "method", method, "err", err)
+		return
+	}
+	s.actors.Root.Send(s.executor, &wire.Call{Method: method, Body: body})
+}
+
+// handler answers one method of a grain.
+type handler func(ctx actor.Context, body []byte) (any, error)
+
+// answer runs h and replies to the sender (if any) with its result.
+func answer(ctx actor.Context, log *slog.Logger, call *wire.Call, h handler) {
+	resp, err := h(ctx, call.Body)
+	if ctx.Sender() == nil {
+		if err != nil {
+			log.Error("message failed", "method", call.Method, "err", err)
+		}
+		return
+	}
+	rep := &wire.Reply{}
+	if err != nil {
+		e := AsError(err)
+		if e.Code == CodeInternal {
+			log.Error("request failed", "method", call.Method, "err", err)
+		}
+		rep.Code, rep.Message = e.Code, e.Message
+	} else if resp != nil {
+		if rep.Body, err = msgpack.Marshal(resp); err != nil {
+			rep.Code, rep.Message = CodeInternal, "internal error"
+			log.Error("encode reply", "method", call.Method, "err", err)
+		}
+	}
+	ctx.Respond(rep)
+}
+
+// decode is the msgpack decoding of a handler's request body.
+func decode[T any](body []byte) (*T, error) {
+	v := new(T)
+	if err := msgpack.Unmarshal(body, v); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	return v, nil
+}
+
+// wakeRuns activates every run that is not terminal, so that its grain
+// recovers (interrupting what was executing) and runs its pending work.
+func (s *System) wakeRuns() error {
+	var ids []string
+	err := s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Runs, nil, nil, func(_, raw []byte) (bool, error) {
+			var r persistence.Run
+			if err := persistence.Decode(raw, &r); err != nil {
+				return false, err
+			}
+			if !Terminal(RunMoves, r.Status) {
+				ids = append(ids, r.ID)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("scan runs: %w", err)
+	}
+	for _, id := range ids {
+		if err := s.call(runKind, id, "run.wake", struct{}{}, nil); err != nil {
+			return fmt.Errorf("wake run %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// sweepEvery is how often the node looks for sessions whose lease ran out.
+const sweepEvery = 5 * time.Second
+
+func (s *System) sweep() {
+	defer s.wg.Done()
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.expireSessions()
+		}
+	}
+}
+
+// expireSessions times out the ready sessions whose lease has ended.
+func (s *System) expireSessions() {
+	now := s.now()
+	var ids []string
+	s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Sessions, nil, nil, func(_, raw []byte) (bool, error) {
+			var ss persistence.Session
+			if err := persistence.Decode(raw, &ss); err == nil && ss.Status == SessionReady && now.After(ss.LeaseExpiresAt) {
+				ids = append(ids, ss.ID)
+			}
+			return true, nil
+		})
+	})
+	for _, id := range ids {
+		if err := s.call(sessionKind, id, "session.expire", struct{}{}, nil); err != nil {
+			s.log.Error("expire session", "session", id, "err", err)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
+)
+
+var tenant = persistence.Tenant{Org: "acme"}
+
+func registry(t *testing.T) *providers.Registry {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := model.Generate("tiny", 3, dir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	c, err := providers.NewCatalog(map[string]string{"tiny": dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return providers.NewRegistry(c)
+}
+
+func start(t *testing.T, reg *providers.Registry, data string) *System {
+	t.Helper()
+	s, err := Start(Config{DataDir: data, Registry: reg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func batch(seed int) json.RawMessage {
+	toks := make([]int, 12)
+	for i := range toks {
+		toks[i] = (seed*7 + i*5) % 64
+	}
+	return json.RawMessage(fmt.Sprintf(`{"data":[{"model_input":{"token_ids":%s},"loss_fn_inputs":{"target_tokens":%s}}],"loss_fn":"cross_entropy"}`,
+		mustJSON(toks[:11]), mustJSON(toks[1:])))
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func wait(t *testing.T, s *System, id string) *persistence.Operation {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		op, err := s.GetOperation(tenant, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Terminal(OpMoves, op.Status) {
+			return op
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("operation %s did not end", id)
+	return nil
+}
+
+func submit(t *testing.T, s *System, run string, seq int64, kind string, p json.RawMessage) *persistence.Operation {
+	t.Helper()
+	acc, err := s.Submit(Submission{Tenant: tenant, RunID: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p})
+	if err != nil {
+		t.Fatalf("submit %s seq %d: %v", kind, seq, err)
+	}
+	return wait(t, s, acc.Op.ID)
+}
+
+func newRun(t *testing.T, s *System) (*persistence.Session, *persistence.Run) {
+	t.Helper()
+	ss, created, err := s.CreateSession(NewSession{Tenant: tenant, RequestID: "s1"})
+	if err != nil || !created {
+		t.Fatal(err, created)
+	}
+	m, _ := s.Registry().Catalog().Lookup("tiny")
+	rr, err := s.CreateRun(NewRun{Tenant: tenant, SessionID: ss.ID, RequestID: "r1", BaseModel: "tiny", ModelRevision: m.Revision, TuningMode: "lora",
+		LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true, TrainMLP: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss, &rr.Run
+}
+
+func loss(t *testing.T, op *persistence.Operation) float64 {
+	t.Helper()
+	if op.Status != OpSucceeded {
+		t.Fatalf("operation %d %s: %s %v", op.SeqID, op.Kind, op.Status, *op.ErrorMessage)
+	}
+	var r forwardResult
+	if err := json.Unmarshal(op.Result, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Metrics["loss:sum"]
+}
+
+// A run's trainer survives a restart: the trainer rebuilt from a snapshot
+// and the replayed operations gives the same losses as one that never
+// stopped.
+func TestTrainingSurvivesRestart(t *testing.T) {
+	reg := registry(t)
+	steps := func(s *System, run string, from, to int64) []float64 {
+		var out []float64
+		for seq := from; seq < to; seq += 2 {
+			out = append(out, loss(t, submit(t, s, run, seq, "forward_backward", batch(int(seq)))))
+			submit(t, s, run, seq+1, "optim_step", json.RawMessage(`{"adam_params":{"learning_rate":0.01}}`))
+		}
+		return out
+	}
+	ref := start(t, reg, t.TempDir())
+	_, rr := newRun(t, ref)
+	want := steps(ref, rr.ID, 1, 13)
+	ref.Stop(context.Background())
+
+	for _, every := range []time.Duration{time.Hour, time.Nanosecond} {
+		data := t.TempDir()
+		s := start(t, reg, data)
+		s.cfg.SnapshotEvery = every
+		_, run := newRun(t, s)
+		got := steps(s, run.ID, 1, 7)
+		s.Stop(context.Background())
+		s = start(t, reg, data)
+		got = append(got, steps(s, run.ID, 7, 13)...)
+		r, _ := s.GetRun(tenant, run.ID)
+		if every == time.Nanosecond && r.SnapshotSeq == 0 {
+			t.Errorf("no snapshot recorded")
+		}
+		s.Stop(context.Background())
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("snapshot every %v: step %d loss %v, uninterrupted %v", every, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestSeqAndIdempotency(t *testing.T) {
+	s := start(t, registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := newRun(t, s)
+	sub := Submission{Tenant: tenant, RunID: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: batch(1)}
+	var e *Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSeqMismatch {
+		t.Fatalf("seq 2 first: %v", err)
+	}
+	sub.SeqID = 1
+	a, err := s.Submit(sub)
+	if err != nil || !a.Created {
+		t.Fatal(err)
+	}
+	b, err := s.Submit(sub)
+	if err != nil || b.Created || b.Op.ID != a.Op.ID {
+		t.Fatalf("repeat: %v %+v", err, b)
+	}
+	sub.RequestHash = "y"
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeIdempotencyConflict {
+		t.Fatalf("other hash: %v", err)
+	}
+	if _, err := s.GetRun(persistence.Tenant{Org: "other"}, run.ID); !errors.As(err, &e) || e.Code != CodeNotFound {
+		t.Fatalf("other tenant: %v", err)
+	}
+}

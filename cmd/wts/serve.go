@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wts-project/wts/actors"
+	httpapi "github.com/wts-project/wts/http"
+	"github.com/wts-project/wts/http/auth"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
+)
+
+// modelFlags collects repeated --model NAME=DIR flags.
+type modelFlags map[string]string
+
+func (m modelFlags) String() string { return fmt.Sprint(map[string]string(m)) }
+
+func (m modelFlags) Set(v string) error {
+	name, dir, ok := strings.Cut(v, "=")
+	if !ok || name == "" || dir == "" {
+		return fmt.Errorf("want NAME=DIR, got %q", v)
+	}
+	m[name] = dir
+	return nil
+}
+
+// defaultModel is the catalog entry of a node started without --model: the
+// small generated model, written under the data folder on first start.
+const defaultModel = "small"
+
+func serveCmd(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	data := fs.String("data", "./data", "data folder: the store, the run volume and the default model")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	models := modelFlags{}
+	fs.Var(models, "model", "catalog entry NAME=DIR (HF layout); repeatable. Default: the small generated model")
+	maxBody := fs.Int("max-body", httpapi.DefaultMaxBody, "largest request body in bytes")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long executing work may take to finish")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if len(models) == 0 {
+		dir := filepath.Join(*data, "models", defaultModel)
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) {
+			log.Info("generating the default model", "preset", defaultModel, "dir", dir)
+			if err := model.Generate(defaultModel, 0, dir, safetensors.F32); err != nil {
+				return fmt.Errorf("default model: %w", err)
+			}
+		}
+		models[defaultModel] = dir
+	}
+	catalog, err := providers.NewCatalog(models)
+	if err != nil {
+		return err
+	}
+	for _, n := range catalog.Names() {
+		m, _ := catalog.Lookup(n)
+		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
+	}
+	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log})
+	if err != nil {
+		return err
+	}
+	if err := firstKey(sys.Store()); err != nil {
+		sys.Stop(context.Background())
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		sys.Stop(context.Background())
+		return err
+	}
+	srv := httpapi.New(sys, httpapi.Config{MaxBody: *maxBody, Log: log})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "data", *data)
+	fmt.Fprintf(os.Stderr, "wts: listening on http://%s\n", ln.Addr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case err = <-served:
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if serr := srv.Shutdown(ctx); serr != nil && err == nil {
+		err = serr
+	}
+	sys.Stop(ctx)
+	log.Info("stopped")
+	return err
+}
+
+// firstKey prints a test key for a store that has none, so that a fresh
+// node can be used at once. It is shown once; only its hash is kept.
+func firstKey(st *persistence.Store) error {
+	empty := true
+	err := st.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Keys, nil, nil, func(_, _ []byte) (bool, error) {
+			empty = false
+			return false, nil
+		})
+	})
+	if err != nil || !empty {
+		return err
+	}
+	key, err := auth.Create(st, "default", false, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wts: first start; test API key for organization \"default\" (shown once):\n\n    %s\n\n", key)
+	return nil
+}
+
+func keysCmd(args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return fmt.Errorf("usage: wts keys create --org NAME [--live] [--data DIR]")
+	}
+	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
+	org := fs.String("org", "", "organization the key belongs to")
+	live := fs.Bool("live", false, "issue a svc_live_ key (default: svc_test_)")
+	data := fs.String("data", "./data", "data folder of the node (stop the node first: the store is locked while it runs)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *org == "" {
+		return fmt.Errorf("keys create: --org is required")
+	}
+	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
+	if err != nil {
+		return fmt.Errorf("keys create: %w (is the node running? stop it first)", err)
+	}
+	defer st.Close()
+	key, err := auth.Create(st, *org, *live, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Println(key)
+	return nil
+}

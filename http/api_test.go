@@ -1,0 +1,350 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+const v1 = "/v1/training"
+
+func TestTrainingFlow(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	sid, rid := n.session(key, "flow")
+
+	var ids []string
+	for seq, o := range []struct {
+		kind    string
+		payload any
+	}{{"forward_backward", batch(2, 9, 1)}, {"optim_step", adam}, {"forward_backward", batch(2, 9, 1)}, {"optim_step", adam}, {"forward", batch(2, 9, 1)}} {
+		r := n.do("POST", v1+"/runs/"+rid+"/operations", key, op(seq+1, fmt.Sprint("k", seq), o.kind, o.payload))
+		n.want(r, 202, "")
+		if r.str("status") != "pending" && r.str("status") != "executing" && r.str("status") != "succeeded" {
+			t.Fatalf("new operation status %s", r.str("status"))
+		}
+		for _, f := range []string{"id", "session_id", "run_id", "seq_id", "kind", "status", "result", "error_code", "progress", "progress_updated_at", "created_at", "updated_at"} {
+			if _, ok := r.Body[f]; !ok {
+				t.Errorf("operation lacks %s: %s", f, r.Raw)
+			}
+		}
+		ids = append(ids, r.str("id"))
+	}
+	var losses []float64
+	for _, id := range ids {
+		r := n.poll(key, id)
+		if r.str("status") != "succeeded" {
+			t.Fatalf("operation %s: %s", id, r.Raw)
+		}
+		res := r.Body["result"].(map[string]any)
+		if m, ok := res["metrics"].(map[string]any); ok {
+			if l, ok := m["loss:sum"].(float64); ok {
+				losses = append(losses, l)
+			}
+		}
+	}
+	if len(losses) != 3 || !(losses[2] < losses[0]) {
+		t.Errorf("losses over fwd-bwd, fwd-bwd, forward on one batch should fall: %v", losses)
+	}
+
+	// Listing pages in seq order.
+	p := n.do("GET", v1+"/runs/"+rid+"/operations?limit=2", key, nil)
+	n.want(p, 200, "")
+	items := p.Body["items"].([]any)
+	if len(items) != 2 || p.Body["next_after_seq"].(float64) != 2 {
+		t.Fatalf("page 1: %s", p.Raw)
+	}
+	p = n.do("GET", v1+"/runs/"+rid+"/operations?after_seq=2&limit=500", key, nil)
+	items = p.Body["items"].([]any)
+	if len(items) != 3 || items[0].(map[string]any)["seq_id"].(float64) != 3 || p.Body["next_after_seq"].(float64) != 5 {
+		t.Fatalf("page 2: %s", p.Raw)
+	}
+
+	// Metrics: a step record per forward_backward and optim_step.
+	m := n.do("GET", v1+"/runs/"+rid+"/metrics", key, nil)
+	n.want(m, 200, "")
+	if got := len(m.Body["items"].([]any)); got != 4 {
+		t.Fatalf("metrics items %d: %s", got, m.Raw)
+	}
+	sum := m.Body["summary"].(map[string]any)["loss:sum"].(map[string]any)
+	if sum["count"].(float64) != 2 || sum["min"].(float64) > sum["max"].(float64) || sum["last"].(float64) != sum["min"].(float64) {
+		t.Errorf("loss:sum summary: %v", sum)
+	}
+
+	// The run and session as a caller sees them.
+	run := n.do("GET", v1+"/runs/"+rid, key, nil)
+	if run.str("status") != "running" || run.Body["next_seq_id"].(float64) != 6 {
+		t.Fatalf("run: %s", run.Raw)
+	}
+	hb := n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "hb1"})
+	n.want(hb, 200, "")
+
+	// Finish: the run ends after its queued work; nothing more is taken.
+	f := n.do("POST", v1+"/runs/"+rid+"/finish", key, map[string]any{"request_id": "fin"})
+	n.want(f, 202, "")
+	if f.str("kind") != "finish" || f.Body["seq_id"].(float64) != 6 {
+		t.Fatalf("finish: %s", f.Raw)
+	}
+	n.poll(key, f.str("id"))
+	if again := n.do("POST", v1+"/runs/"+rid+"/finish", key, map[string]any{"request_id": "fin"}); again.str("id") != f.str("id") {
+		t.Errorf("repeated finish made a new operation: %s", again.Raw)
+	}
+	if s := n.do("GET", v1+"/runs/"+rid, key, nil).str("status"); s != "finished" {
+		t.Fatalf("run after finish: %s", s)
+	}
+	n.want(n.do("POST", v1+"/runs/"+rid+"/operations", key, op(7, "late", "forward", batch(1, 4, 1))), 409, "run_not_accepting")
+
+	c := n.do("POST", v1+"/sessions/"+sid+"/close", key, map[string]any{"request_id": "close"})
+	n.want(c, 200, "")
+	if c.str("status") != "closed" {
+		t.Errorf("closing a session whose run ended: %s", c.Raw)
+	}
+}
+
+func TestSequenceAndIdempotency(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	_, rid := n.session(key, "seq")
+	path := v1 + "/runs/" + rid + "/operations"
+
+	r := n.do("POST", path, key, op(2, "a", "forward", batch(1, 4, 1)))
+	n.want(r, 409, "seq_id_mismatch")
+	if !strings.Contains(r.Body["error"].(map[string]any)["message"].(string), "next_seq_id 1") {
+		t.Errorf("mismatch message does not state the expected seq_id: %s", r.Raw)
+	}
+	first := n.do("POST", path, key, op(1, "a", "forward", batch(1, 4, 1)))
+	n.want(first, 202, "")
+	again := n.do("POST", path, key, op(1, "a", "forward", batch(1, 4, 1)))
+	n.want(again, 202, "")
+	if again.str("id") != first.str("id") {
+		t.Fatalf("retry made a new operation")
+	}
+	n.want(n.do("POST", path, key, op(1, "a", "forward", batch(1, 5, 1))), 409, "idempotency_conflict")
+	n.want(n.do("POST", path, key, op(2, "a", "forward", batch(1, 5, 1))), 409, "idempotency_conflict")
+
+	// A wrong hash is refused and names the right one.
+	var body map[string]any
+	json.Unmarshal(op(2, "b", "forward", batch(1, 4, 1)), &body)
+	body["request_hash"] = strings.Repeat("0", 64)
+	bad, _ := json.Marshal(body)
+	n.want(n.do("POST", path, key, bad), 422, "request_hash_mismatch")
+	// Reordered keys and whitespace hash the same (canonical JSON).
+	n.want(n.do("POST", path, key, op(2, "b", "forward", batch(1, 4, 1))), 202, "")
+	if got := n.do("GET", v1+"/runs/"+rid, key, nil).Body["next_seq_id"].(float64); got != 3 {
+		t.Errorf("next_seq_id %v after two accepted operations", got)
+	}
+}
+
+func TestTenancy(t *testing.T) {
+	n := newNode(t)
+	sid, rid := n.session(n.keys["acme"], "mine")
+	opID := n.do("POST", v1+"/runs/"+rid+"/operations", n.keys["acme"], op(1, "a", "forward", batch(1, 4, 1))).str("id")
+	for _, key := range []string{n.keys["other"], n.keys["acme-live"]} {
+		for _, path := range []string{"/sessions/" + sid, "/runs/" + rid, "/operations/" + opID, "/runs/" + rid + "/operations", "/runs/" + rid + "/metrics"} {
+			n.want(n.do("GET", v1+path, key, nil), 404, "not_found")
+		}
+		n.want(n.do("POST", v1+"/runs/"+rid+"/operations", key, op(2, "x", "forward", batch(1, 4, 1))), 404, "not_found")
+		n.want(n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "x"}), 404, "not_found")
+		n.want(n.do("POST", v1+"/runs/"+rid+"/cancel", key, map[string]any{"request_id": "x"}), 404, "not_found")
+	}
+	n.want(n.do("GET", v1+"/sessions/"+sid, "", nil), 401, "unauthorized")
+	n.want(n.do("GET", v1+"/sessions/"+sid, "svc_test_"+strings.Repeat("0", 48), nil), 401, "unauthorized")
+	n.want(n.do("GET", v1+"/sessions/"+sid, strings.Replace(n.keys["acme"], "svc_test_", "svc_live_", 1), nil), 401, "unauthorized")
+	// The same request_id in another organization is another session.
+	other := n.do("POST", v1+"/sessions", n.keys["other"], map[string]any{"request_id": "mine"})
+	n.want(other, 201, "")
+	if other.str("id") == sid {
+		t.Fatal("request_id crossed organizations")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	n := newNode(t, "--max-body", "4096")
+	key := n.keys["acme"]
+	sid, rid := n.session(key, "errs")
+	ops := v1 + "/runs/" + rid + "/operations"
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		code               string
+		headers            []string
+	}{
+		{"unknown path", "GET", "/v1/nothing", nil, 404, "not_found", nil},
+		{"malformed id", "GET", v1 + "/runs/wtr_xyz", nil, 404, "not_found", nil},
+		{"wrong method", "DELETE", v1 + "/runs/" + rid, nil, 405, "method_not_allowed", nil},
+		{"content type", "POST", v1 + "/sessions", `{"request_id":"x"}`, 415, "unsupported_media_type", []string{"Content-Type", "text/plain"}},
+		{"too large", "POST", ops, strings.Repeat(" ", 5000) + "{}", 413, "payload_too_large", nil},
+		{"malformed", "POST", v1 + "/sessions", `{"request_id":`, 400, "malformed_json", nil},
+		{"empty", "POST", v1 + "/sessions", ``, 400, "malformed_json", nil},
+		{"trailing", "POST", v1 + "/sessions", `{"request_id":"x"} {}`, 400, "malformed_json", nil},
+		{"unknown field", "POST", v1 + "/sessions", `{"request_id":"x","colour":1}`, 422, "validation_error", nil},
+		{"missing request_id", "POST", v1 + "/sessions", `{}`, 422, "validation_error", nil},
+		{"long request_id", "POST", v1 + "/sessions", map[string]any{"request_id": strings.Repeat("x", 201)}, 422, "validation_error", nil},
+		{"bad enum", "POST", v1 + "/sessions", map[string]any{"request_id": "x", "provider": "provider_c"}, 422, "validation_error", nil},
+		{"ttl range", "POST", v1 + "/sessions", map[string]any{"request_id": "x", "idle_ttl_s": 59}, 422, "validation_error", nil},
+		{"cost type", "POST", v1 + "/sessions", map[string]any{"request_id": "x", "max_cost_microusd": 1.5}, 422, "validation_error", nil},
+		{"byok without credential", "POST", v1 + "/sessions", map[string]any{"request_id": "x", "funding_preference": "byok"}, 422, "validation_error", nil},
+		{"unknown credential", "POST", v1 + "/sessions", map[string]any{"request_id": "x", "credential_id": "cred"}, 404, "credential_not_found", nil},
+		{"second run", "POST", v1 + "/sessions/" + sid + "/runs", map[string]any{"request_id": "another", "base_model": "tiny", "model_revision": n.revision}, 409, "run_already_exists", nil},
+		{"full with lora", "POST", v1 + "/sessions/" + sid + "/runs", map[string]any{"request_id": "r", "base_model": "tiny", "model_revision": n.revision, "tuning_mode": "full", "lora": map[string]any{"rank": 2}}, 422, "validation_error", nil},
+		{"no train target", "POST", v1 + "/sessions/" + sid + "/runs", map[string]any{"request_id": "r", "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"train_mlp": false, "train_attn": false, "train_unembed": false}}, 422, "validation_error", nil},
+		{"short revision", "POST", v1 + "/sessions/" + sid + "/runs", map[string]any{"request_id": "r", "base_model": "tiny", "model_revision": "abc"}, 422, "validation_error", nil},
+		{"seq range", "POST", ops, op(0, "k", "forward", batch(1, 4, 1)), 422, "validation_error", nil},
+		{"bad kind", "POST", ops, op(1, "k", "train", batch(1, 4, 1)), 422, "validation_error", nil},
+		{"kind not offered", "POST", ops, op(1, "k", "export_lora", map[string]any{}), 422, "operation_not_supported", nil},
+		{"hash pattern", "POST", ops, `{"seq_id":1,"idempotency_key":"k","kind":"forward","payload":{},"request_hash":"ABC"}`, 422, "validation_error", nil},
+		{"no tokens", "POST", ops, op(1, "k", "forward", map[string]any{"data": []any{map[string]any{"model_input": map[string]any{"token_ids": []int{}}, "loss_fn_inputs": map[string]any{"target_tokens": []int{}}}}}), 422, "validation_error", nil},
+		{"token outside vocab", "POST", ops, op(1, "k", "forward", map[string]any{"data": []any{map[string]any{"model_input": map[string]any{"token_ids": []int{1, 100000}}, "loss_fn_inputs": map[string]any{"target_tokens": []int{1, 2}}}}}), 422, "token_out_of_range", nil},
+		{"unknown loss", "POST", ops, op(1, "k", "forward", map[string]any{"loss_fn": "mse", "data": batch(1, 4, 1)["data"]}), 422, "validation_error", nil},
+		{"bad lr", "POST", ops, op(1, "k", "optim_step", map[string]any{"adam_params": map[string]any{"learning_rate": -1}}), 422, "validation_error", nil},
+		{"paging", "GET", ops + "?limit=501", nil, 422, "validation_error", nil},
+		{"unknown query", "GET", ops + "?page=2", nil, 422, "validation_error", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := n.do(c.method, c.path, key, c.body, c.headers...)
+			if r.Status != c.status || r.code() != c.code {
+				t.Errorf("got %d %s, want %d %s: %s", r.Status, r.code(), c.status, c.code, r.Raw)
+			}
+		})
+	}
+	// Bad input changed nothing.
+	if run := n.do("GET", v1+"/runs/"+rid, key, nil); run.Body["next_seq_id"].(float64) != 1 || run.str("status") != "created" {
+		t.Errorf("refused requests changed the run: %s", run.Raw)
+	}
+}
+
+func TestCancelAndClose(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	sid, rid := n.session(key, "cancel")
+	var ids []string
+	for seq := 1; seq <= 6; seq++ {
+		r := n.do("POST", v1+"/runs/"+rid+"/operations", key, op(seq, fmt.Sprint("k", seq), "forward_backward", batch(16, 60, seq)))
+		n.want(r, 202, "")
+		ids = append(ids, r.str("id"))
+	}
+	c := n.do("POST", v1+"/runs/"+rid+"/cancel", key, map[string]any{"request_id": "stop"})
+	n.want(c, 202, "")
+	n.poll(key, c.str("id"))
+	if s := n.do("GET", v1+"/runs/"+rid, key, nil).str("status"); s != "cancelled" {
+		t.Fatalf("run after cancel: %s", s)
+	}
+	cancelled := 0
+	for _, id := range ids {
+		r := n.poll(key, id)
+		if r.str("status") == "cancelled" {
+			cancelled++
+		}
+	}
+	if cancelled == 0 {
+		t.Errorf("no queued operation was cancelled")
+	}
+	n.want(n.do("POST", v1+"/runs/"+rid+"/operations", key, op(8, "late", "forward", batch(1, 4, 1))), 409, "run_not_accepting")
+	cl := n.do("POST", v1+"/sessions/"+sid+"/close", key, map[string]any{"request_id": "c"})
+	n.want(cl, 200, "")
+	if cl.str("status") != "closed" {
+		t.Errorf("session after close: %s", cl.Raw)
+	}
+	n.want(n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "h"}), 409, "session_not_ready")
+
+	// Closing a session with live work cancels its run, then closes.
+	sid2, rid2 := n.session(key, "close")
+	n.want(n.do("POST", v1+"/runs/"+rid2+"/operations", key, op(1, "k", "forward_backward", batch(16, 60, 1))), 202, "")
+	n.want(n.do("POST", v1+"/sessions/"+sid2+"/close", key, map[string]any{"request_id": "c"}), 200, "")
+	deadline := time.Now().Add(30 * time.Second)
+	for n.do("GET", v1+"/sessions/"+sid2, key, nil).str("status") != "closed" {
+		if time.Now().After(deadline) {
+			t.Fatal("session did not close")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := n.do("GET", v1+"/runs/"+rid2, key, nil).str("status"); s != "cancelled" {
+		t.Errorf("run of a closed session: %s", s)
+	}
+}
+
+// Kill the server mid-work: every acknowledged operation is still there
+// after a restart, those that ended keep their results, the one that was
+// executing ends failed (interrupted) and is not run again.
+func TestKillRestart(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	_, rid := n.session(key, "kill")
+	var ids []string
+	for seq := 1; seq <= 8; seq++ {
+		kind, p := "forward_backward", any(batch(24, 60, seq))
+		if seq%2 == 0 {
+			kind, p = "optim_step", adam
+		}
+		r := n.do("POST", v1+"/runs/"+rid+"/operations", key, op(seq, fmt.Sprint("k", seq), kind, p))
+		n.want(r, 202, "")
+		ids = append(ids, r.str("id"))
+	}
+	// Wait until some work has ended and some is executing.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ops := n.do("GET", v1+"/runs/"+rid+"/operations", key, nil).Body["items"].([]any)
+		ended, executing := 0, false
+		for _, o := range ops {
+			switch o.(map[string]any)["status"] {
+			case "succeeded":
+				ended++
+			case "executing":
+				executing = true
+			}
+		}
+		if ended >= 1 && executing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("work did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := n.do("GET", v1+"/runs/"+rid+"/operations", key, nil).Body["items"].([]any)
+	n.kill()
+	n.start()
+	after := n.do("GET", v1+"/runs/"+rid+"/operations", key, nil).Body["items"].([]any)
+	if len(after) != len(ids) {
+		t.Fatalf("%d operations after restart, %d acknowledged", len(after), len(ids))
+	}
+	interrupted := 0
+	for i, o := range after {
+		a, b := o.(map[string]any), before[i].(map[string]any)
+		if a["id"] != ids[i] {
+			t.Fatalf("operation %d changed id", i+1)
+		}
+		if b["status"] == "succeeded" && fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("ended operation %d changed across the restart:\n%v\n%v", i+1, b, a)
+		}
+		if a["status"] == "failed" && a["error_code"] == "interrupted" {
+			interrupted++
+		}
+	}
+	t.Logf("%d of %d operations had ended at the kill; %d interrupted", countStatus(before, "succeeded"), len(ids), interrupted)
+	if interrupted > 1 {
+		t.Errorf("%d operations interrupted; only one was executing", interrupted)
+	}
+	run := n.do("GET", v1+"/runs/"+rid, key, nil)
+	if interrupted == 1 && run.str("status") != "interrupted" {
+		t.Errorf("a mutating operation was interrupted but the run is %s", run.str("status"))
+	}
+	// Nothing runs again: statuses settle and no operation goes back to work.
+	for _, id := range ids {
+		n.poll(key, id)
+	}
+}
+
+func countStatus(ops []any, status string) int {
+	n := 0
+	for _, o := range ops {
+		if o.(map[string]any)["status"] == status {
+			n++
+		}
+	}
+	return n
+}

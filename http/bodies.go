@@ -1,0 +1,226 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/persistence"
+)
+
+// Request bodies, decoded strictly (no unknown fields, exact types) and then
+// checked against the spec's ranges, lengths, patterns and enums. Pointer
+// fields tell "absent" from a zero value.
+
+type invalid = payload.Invalid
+
+var (
+	idPattern = map[string]*regexp.Regexp{
+		actors.SessionPrefix:    regexp.MustCompile(`^wts_[0-9a-f]{32}$`),
+		actors.RunPrefix:        regexp.MustCompile(`^wtr_[0-9a-f]{32}$`),
+		actors.OperationPrefix:  regexp.MustCompile(`^wto_[0-9a-f]{32}$`),
+		actors.CheckpointPrefix: regexp.MustCompile(`^wtc_[0-9a-f]{32}$`),
+	}
+	hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+func required[T any](v *T, field string) error {
+	if v == nil {
+		return &invalid{Field: field, Reason: "is required"}
+	}
+	return nil
+}
+
+func length(s *string, field string, lo, hi int) error {
+	if s != nil && (len(*s) < lo || len(*s) > hi) {
+		return &invalid{Field: field, Reason: fmt.Sprintf("must be %d to %d characters long", lo, hi)}
+	}
+	return nil
+}
+
+func oneOf(s *string, field string, allowed ...string) error {
+	if s == nil {
+		return nil
+	}
+	for _, a := range allowed {
+		if *s == a {
+			return nil
+		}
+	}
+	return &invalid{Field: field, Reason: fmt.Sprintf("must be one of %q", allowed)}
+}
+
+func rangeInt(v *int64, field string, lo, hi int64) error {
+	if v != nil && (*v < lo || *v > hi) {
+		return &invalid{Field: field, Reason: fmt.Sprintf("must be between %d and %d", lo, hi)}
+	}
+	return nil
+}
+
+func object(raw json.RawMessage, field string) error {
+	if raw != nil && (len(raw) == 0 || raw[0] != '{') {
+		return &invalid{Field: field, Reason: "must be an object"}
+	}
+	return nil
+}
+
+// first returns the first non-nil error.
+func first(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func or[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// sessionBody is POST /v1/training/sessions.
+type sessionBody struct {
+	RequestID           *string         `json:"request_id"`
+	Provider            *string         `json:"provider"`
+	ProviderPreferences []string        `json:"provider_preferences"`
+	FundingPreference   *string         `json:"funding_preference"`
+	CredentialID        *string         `json:"credential_id"`
+	MaxCostMicroUSD     *int64          `json:"max_cost_microusd"`
+	IdleTTLSeconds      *int64          `json:"idle_ttl_s"`
+	Metadata            json.RawMessage `json:"metadata"`
+}
+
+func (b *sessionBody) check() error {
+	err := first(required(b.RequestID, "request_id"), length(b.RequestID, "request_id", 1, 200),
+		oneOf(b.Provider, "provider", "auto", "provider_a", "provider_b"),
+		oneOf(b.FundingPreference, "funding_preference", "auto", "platform", "byok"),
+		length(b.CredentialID, "credential_id", 1, 200),
+		rangeInt(b.MaxCostMicroUSD, "max_cost_microusd", 1, 1<<62),
+		rangeInt(b.IdleTTLSeconds, "idle_ttl_s", 60, 86400),
+		object(b.Metadata, "metadata"))
+	if err != nil {
+		return err
+	}
+	for i := range b.ProviderPreferences {
+		if err := oneOf(&b.ProviderPreferences[i], fmt.Sprintf("provider_preferences[%d]", i), "provider_a", "provider_b"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *sessionBody) request(t persistence.Tenant) actors.NewSession {
+	return actors.NewSession{
+		Tenant: t, RequestID: *b.RequestID, Provider: or(b.Provider, "auto"), Preferences: b.ProviderPreferences,
+		Funding: or(b.FundingPreference, "auto"), CredentialID: or(b.CredentialID, ""), MaxCostMicroUSD: b.MaxCostMicroUSD,
+		IdleTTLSeconds: or(b.IdleTTLSeconds, 0), Metadata: b.Metadata,
+	}
+}
+
+// requestBody is every body that carries only a request_id (heartbeat,
+// close, finish, cancel, retire).
+type requestBody struct {
+	RequestID *string `json:"request_id"`
+}
+
+func (b *requestBody) check() error {
+	return first(required(b.RequestID, "request_id"), length(b.RequestID, "request_id", 1, 200))
+}
+
+// loraBody is a run's lora object; absent fields take Tinker's defaults.
+type loraBody struct {
+	Rank         *int64 `json:"rank"`
+	Seed         *int64 `json:"seed"`
+	TrainMLP     *bool  `json:"train_mlp"`
+	TrainAttn    *bool  `json:"train_attn"`
+	TrainUnembed *bool  `json:"train_unembed"`
+}
+
+// DefaultRank is the LoRA rank of a run that names none.
+const DefaultRank = 32
+
+// runBody is POST /v1/training/sessions/{id}/runs.
+type runBody struct {
+	RequestID     *string         `json:"request_id"`
+	BaseModel     *string         `json:"base_model"`
+	ModelRevision *string         `json:"model_revision"`
+	TuningMode    *string         `json:"tuning_mode"`
+	LoRA          *loraBody       `json:"lora"`
+	CheckpointID  *string         `json:"checkpoint_id"`
+	Metadata      json.RawMessage `json:"metadata"`
+}
+
+func (b *runBody) check() error {
+	err := first(required(b.RequestID, "request_id"), length(b.RequestID, "request_id", 1, 200),
+		required(b.BaseModel, "base_model"), length(b.BaseModel, "base_model", 1, 256),
+		required(b.ModelRevision, "model_revision"), length(b.ModelRevision, "model_revision", 7, 128),
+		oneOf(b.TuningMode, "tuning_mode", "lora", "full"),
+		object(b.Metadata, "metadata"))
+	if err != nil {
+		return err
+	}
+	if b.CheckpointID != nil && !idPattern[actors.CheckpointPrefix].MatchString(*b.CheckpointID) {
+		return &invalid{Field: "checkpoint_id", Reason: "must match ^wtc_[0-9a-f]{32}$"}
+	}
+	if or(b.TuningMode, "lora") == "full" {
+		if b.LoRA != nil {
+			return &invalid{Field: "lora", Reason: "must be absent when tuning_mode is full"}
+		}
+		return nil
+	}
+	if l := b.LoRA; l != nil {
+		if err := first(rangeInt(l.Rank, "lora.rank", 1, 1<<20), rangeInt(l.Seed, "lora.seed", 0, 1<<62)); err != nil {
+			return err
+		}
+		if !or(l.TrainMLP, true) && !or(l.TrainAttn, true) && !or(l.TrainUnembed, true) {
+			return &invalid{Field: "lora", Reason: "at least one of train_mlp, train_attn, train_unembed must be true"}
+		}
+	}
+	return nil
+}
+
+func (b *runBody) request(t persistence.Tenant, sessionID string) actors.NewRun {
+	r := actors.NewRun{
+		Tenant: t, SessionID: sessionID, RequestID: *b.RequestID, BaseModel: *b.BaseModel, ModelRevision: *b.ModelRevision,
+		TuningMode: or(b.TuningMode, "lora"), CheckpointID: or(b.CheckpointID, ""), Metadata: b.Metadata,
+	}
+	if r.TuningMode == "lora" {
+		l := or(b.LoRA, loraBody{})
+		r.LoRA = &persistence.LoRA{Rank: int(or(l.Rank, DefaultRank)), Seed: uint64(or(l.Seed, 0)),
+			TrainMLP: or(l.TrainMLP, true), TrainAttn: or(l.TrainAttn, true), TrainUnembed: or(l.TrainUnembed, true)}
+	}
+	return r
+}
+
+// opBody is POST /v1/training/runs/{id}/operations.
+type opBody struct {
+	SeqID          *int64          `json:"seq_id"`
+	IdempotencyKey *string         `json:"idempotency_key"`
+	RequestHash    *string         `json:"request_hash"`
+	Kind           *string         `json:"kind"`
+	Payload        json.RawMessage `json:"payload"`
+}
+
+func (b *opBody) check() error {
+	err := first(required(b.SeqID, "seq_id"), rangeInt(b.SeqID, "seq_id", 1, 2147483647),
+		required(b.IdempotencyKey, "idempotency_key"), length(b.IdempotencyKey, "idempotency_key", 1, 200),
+		required(b.RequestHash, "request_hash"),
+		required(b.Kind, "kind"),
+		oneOf(b.Kind, "kind", payload.Forward, payload.ForwardBackward, payload.Sample, payload.OptimStep,
+			payload.SaveState, payload.LoadState, payload.SaveWeightsForSampler, payload.ExportLoRA))
+	if err != nil {
+		return err
+	}
+	if !hashPattern.MatchString(*b.RequestHash) {
+		return &invalid{Field: "request_hash", Reason: "must be 64 lowercase hex digits"}
+	}
+	if b.Payload == nil {
+		return &invalid{Field: "payload", Reason: "is required"}
+	}
+	return object(b.Payload, "payload")
+}

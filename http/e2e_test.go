@@ -1,0 +1,270 @@
+package httpapi_test
+
+// Black-box tests: each starts the real wts binary on 127.0.0.1 with a tiny
+// generated model and talks to it over HTTP only.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/providers"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wts-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "wts")
+	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/wts").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build wts: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is one server process with its data folder and keys.
+type node struct {
+	t        *testing.T
+	data     string
+	modelDir string
+	base     string
+	cmd      *exec.Cmd
+	keys     map[string]string // name → key
+	revision string
+	extra    []string
+}
+
+// newNode prepares a data folder with a tiny model and keys for two
+// organizations (test and live keys for the first), then starts the server.
+func newNode(t *testing.T, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, data: t.TempDir(), keys: map[string]string{}, extra: extra}
+	n.modelDir = filepath.Join(n.data, "tiny")
+	if err := model.Generate("tiny", 5, n.modelDir, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := providers.Revision(n.modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.revision = rev
+	for name, args := range map[string][]string{"acme": {"--org", "acme"}, "acme-live": {"--org", "acme", "--live"}, "other": {"--org", "other"}} {
+		out, err := exec.Command(binary, append([]string{"keys", "create", "--data", n.data}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("keys create: %v", err)
+		}
+		n.keys[name] = strings.TrimSpace(string(out))
+	}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+var listening = regexp.MustCompile(`listening on (http://\S+)`)
+
+func (n *node) start() {
+	n.t.Helper()
+	args := append([]string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn"}, n.extra...)
+	n.cmd = exec.Command(binary, args...)
+	stderr, err := n.cmd.StderrPipe()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	select {
+	case n.base = <-found:
+	case <-time.After(30 * time.Second):
+		n.cmd.Process.Kill()
+		n.t.Fatal("server did not start in 30 s")
+	}
+}
+
+func (n *node) stop() {
+	if n.cmd != nil && n.cmd.ProcessState == nil {
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { n.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			n.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// kill stops the server the hard way: no drain, no cleanup.
+func (n *node) kill() {
+	n.cmd.Process.Signal(syscall.SIGKILL)
+	n.cmd.Wait()
+}
+
+// reply is a response: status and decoded JSON body.
+type reply struct {
+	Status int
+	Body   map[string]any
+	Raw    []byte
+}
+
+func (r *reply) code() string {
+	e, _ := r.Body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func (r *reply) str(k string) string { s, _ := r.Body[k].(string); return s }
+
+func (n *node) do(method, path, key string, body any, headers ...string) *reply {
+	n.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, n.base+path, rd)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		n.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := &reply{Status: resp.StatusCode, Raw: raw}
+	if err := json.Unmarshal(raw, &r.Body); err != nil {
+		n.t.Fatalf("%s %s: body is not a JSON object: %q", method, path, raw)
+	}
+	if resp.StatusCode >= 400 {
+		checkEnvelope(n.t, r)
+	}
+	return r
+}
+
+// checkEnvelope holds every error body to the spec's envelope: error.code
+// and error.message, optional request_id and funding_source, nothing else.
+func checkEnvelope(t *testing.T, r *reply) {
+	t.Helper()
+	for k := range r.Body {
+		if k != "error" && k != "request_id" && k != "funding_source" {
+			t.Errorf("envelope has extra field %q: %s", k, r.Raw)
+		}
+	}
+	e, ok := r.Body["error"].(map[string]any)
+	if !ok || len(e) != 2 || e["code"] == "" || e["message"] == "" {
+		t.Errorf("bad error envelope: %s", r.Raw)
+	}
+}
+
+func (n *node) want(r *reply, status int, code string) {
+	n.t.Helper()
+	if r.Status != status || (code != "" && r.code() != code) {
+		n.t.Fatalf("got %d %s, want %d %s: %s", r.Status, r.code(), status, code, r.Raw)
+	}
+}
+
+// session creates a session and its run for key, returning their ids.
+func (n *node) session(key, request string) (string, string) {
+	n.t.Helper()
+	s := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": request})
+	n.want(s, 201, "")
+	r := n.do("POST", "/v1/training/sessions/"+s.str("id")+"/runs", key, map[string]any{
+		"request_id": "run-" + request, "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"rank": 4, "seed": 3}})
+	n.want(r, 201, "")
+	return s.str("id"), r.str("id")
+}
+
+// op builds an operation body with its correct request_hash.
+func op(seq int, key, kind string, payload any) []byte {
+	env, _ := json.Marshal(map[string]any{"seq_id": seq, "idempotency_key": key, "kind": kind, "payload": payload})
+	canon, err := jcs.Canonical(env, "")
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(canon)
+	var m map[string]any
+	json.Unmarshal(env, &m)
+	m["request_hash"] = hex.EncodeToString(sum[:])
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// batch is a forward_backward payload of n sequences of length l.
+func batch(n, l, seed int) map[string]any {
+	var data []any
+	for i := 0; i < n; i++ {
+		toks := make([]int, l+1)
+		for j := range toks {
+			toks[j] = (seed*31 + i*7 + j*5) % 64
+		}
+		data = append(data, map[string]any{"model_input": map[string]any{"token_ids": toks[:l]}, "loss_fn_inputs": map[string]any{"target_tokens": toks[1:]}})
+	}
+	return map[string]any{"data": data, "loss_fn": "cross_entropy"}
+}
+
+var adam = map[string]any{"adam_params": map[string]any{"learning_rate": 0.01}}
+
+// poll waits for an operation to end.
+func (n *node) poll(key, id string) *reply {
+	n.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r := n.do("GET", "/v1/training/operations/"+id, key, nil)
+		n.want(r, 200, "")
+		switch r.str("status") {
+		case "succeeded", "failed", "cancelled":
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n.t.Fatalf("operation %s did not end", id)
+	return nil
+}

@@ -1,0 +1,87 @@
+package httpapi
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/actors"
+)
+
+// Codes the HTTP layer itself answers with (the grains' codes are in
+// package actors, the engine's in kernels/kerr).
+const (
+	codeMalformed    = "malformed_json"
+	codeUnauthorized = "unauthorized"
+	codeTooLarge     = "payload_too_large"
+	codeMediaType    = "unsupported_media_type"
+	codeMethod       = "method_not_allowed"
+	codeHashMismatch = "request_hash_mismatch"
+	codeBadRequest   = "bad_request"
+	codeShuttingDown = "shutting_down"
+)
+
+// statuses is the one table of error code → HTTP status; docs/errors.md
+// describes each row, and a test checks that every code has a row there.
+var statuses = map[string]int{
+	codeMalformed:    fasthttp.StatusBadRequest,
+	codeBadRequest:   fasthttp.StatusBadRequest,
+	codeUnauthorized: fasthttp.StatusUnauthorized,
+	codeTooLarge:     fasthttp.StatusRequestEntityTooLarge,
+	codeMediaType:    fasthttp.StatusUnsupportedMediaType,
+	codeMethod:       fasthttp.StatusMethodNotAllowed,
+	codeHashMismatch: fasthttp.StatusUnprocessableEntity,
+	codeShuttingDown: fasthttp.StatusServiceUnavailable,
+
+	actors.CodeNotFound:            fasthttp.StatusNotFound,
+	actors.CodeCheckpointNotFound:  fasthttp.StatusNotFound,
+	actors.CodeCredentialNotFound:  fasthttp.StatusNotFound,
+	actors.CodeSeqMismatch:         fasthttp.StatusConflict,
+	actors.CodeIdempotencyConflict: fasthttp.StatusConflict,
+	actors.CodeRunNotAccepting:     fasthttp.StatusConflict,
+	actors.CodeSessionNotReady:     fasthttp.StatusConflict,
+	actors.CodeRunExists:           fasthttp.StatusConflict,
+	actors.CodeInvalidState:        fasthttp.StatusConflict,
+	actors.CodeValidation:          fasthttp.StatusUnprocessableEntity,
+	actors.CodeModelUnavailable:    fasthttp.StatusUnprocessableEntity,
+	actors.CodeRevisionMismatch:    fasthttp.StatusUnprocessableEntity,
+	actors.CodeUnsupported:         fasthttp.StatusUnprocessableEntity,
+	actors.CodeTuningMode:          fasthttp.StatusUnprocessableEntity,
+	actors.CodeProviderUnavailable: fasthttp.StatusUnprocessableEntity,
+	actors.CodeUnavailable:         fasthttp.StatusServiceUnavailable,
+	actors.CodeInternal:            fasthttp.StatusInternalServerError,
+
+	// The engine's input errors, found when a submission is checked against
+	// the run's model.
+	"token_out_of_range":       fasthttp.StatusUnprocessableEntity,
+	"sequence_too_long":        fasthttp.StatusUnprocessableEntity,
+	"empty_input":              fasthttp.StatusUnprocessableEntity,
+	"invalid_loss_inputs":      fasthttp.StatusUnprocessableEntity,
+	"unknown_loss":             fasthttp.StatusUnprocessableEntity,
+	"invalid_optimizer_params": fasthttp.StatusUnprocessableEntity,
+}
+
+// envelope is the error body: exactly the spec's fields.
+type envelope struct {
+	Error     envelopeError `json:"error"`
+	RequestID string        `json:"request_id,omitempty"`
+}
+
+type envelopeError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// fail writes the error envelope for code with its status from the table.
+func fail(ctx *fasthttp.RequestCtx, code, message string) {
+	status, ok := statuses[code]
+	if !ok {
+		status = fasthttp.StatusInternalServerError
+	}
+	writeJSON(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
+}
+
+// failErr writes err's envelope: a public actors.Error as it is, anything
+// else as internal_error.
+func failErr(ctx *fasthttp.RequestCtx, err error) {
+	e := actors.AsError(err)
+	fail(ctx, e.Code, e.Message)
+}

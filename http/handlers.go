@@ -1,0 +1,282 @@
+package httpapi
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/persistence"
+)
+
+// pathID reads a path parameter and checks its pattern; an id that cannot
+// exist is not found.
+func pathID(ctx *fasthttp.RequestCtx, name, prefix, what string) (string, error) {
+	id, _ := ctx.UserValue(name).(string)
+	if !idPattern[prefix].MatchString(id) {
+		return "", &actors.Error{Code: actors.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids look like %s<32 hex digits>)", what, id, prefix)}
+	}
+	return id, nil
+}
+
+// created answers 201 for a new resource and 200 for an idempotent repeat.
+func created(ctx *fasthttp.RequestCtx, isNew bool, v any) {
+	status := fasthttp.StatusOK
+	if isNew {
+		status = fasthttp.StatusCreated
+	}
+	writeJSON(ctx, status, v)
+}
+
+func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	var b sessionBody
+	if _, err := decodeBody(ctx, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	sess, isNew, err := s.sys.CreateSession(b.request(t))
+	if err != nil {
+		return err
+	}
+	created(ctx, isNew, sess)
+	return nil
+}
+
+func (s *Server) getSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
+	if err != nil {
+		return err
+	}
+	sess, err := s.sys.GetSession(t, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusOK, sess)
+	return nil
+}
+
+// sessionAction is heartbeat and close: a request_id body and the session
+// after the action.
+func (s *Server) sessionAction(act func(persistence.Tenant, string) (*persistence.Session, error)) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
+		if err != nil {
+			return err
+		}
+		var b requestBody
+		if _, err := decodeBody(ctx, &b); err != nil {
+			return err
+		}
+		if err := b.check(); err != nil {
+			return err
+		}
+		if _, err := s.sys.GetSession(t, id); err != nil {
+			return err
+		}
+		sess, err := act(t, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(ctx, fasthttp.StatusOK, sess)
+		return nil
+	}
+}
+
+func (s *Server) heartbeat(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	return s.sessionAction(s.sys.Heartbeat)(ctx, t)
+}
+
+func (s *Server) closeSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	return s.sessionAction(s.sys.CloseSession)(ctx, t)
+}
+
+func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
+	if err != nil {
+		return err
+	}
+	var b runBody
+	if _, err := decodeBody(ctx, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	if _, err := s.sys.GetSession(t, id); err != nil {
+		return err // before the grain: another tenant's id activates nothing
+	}
+	r, err := s.sys.CreateRun(b.request(t, id))
+	if err != nil {
+		return err
+	}
+	created(ctx, r.Created, &r.Run)
+	return nil
+}
+
+func (s *Server) getRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	r, err := s.sys.GetRun(t, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusOK, r)
+	return nil
+}
+
+func (s *Server) submit(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	var b opBody
+	body, err := decodeBody(ctx, &b)
+	if err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	canon, err := jcs.Canonical(body, "request_hash")
+	if err != nil {
+		return &actors.Error{Code: codeMalformed, Message: err.Error()}
+	}
+	if want := sha256Hex(canon); want != *b.RequestHash {
+		return &actors.Error{Code: codeHashMismatch, Message: fmt.Sprintf(
+			"request_hash is not the SHA-256 of the RFC 8785 canonical JSON of the body without request_hash (the server computed %s)", want)}
+	}
+	acc, err := s.sys.Submit(actors.Submission{Tenant: t, RunID: id, SeqID: *b.SeqID, IdempotencyKey: *b.IdempotencyKey,
+		RequestHash: *b.RequestHash, Kind: *b.Kind, Payload: b.Payload})
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
+	return nil
+}
+
+// control is finish and cancel: a request_id body and the operation that
+// records the request.
+func (s *Server) control(ctx *fasthttp.RequestCtx, t persistence.Tenant, act func(persistence.Tenant, string, string) (*actors.Accepted, error)) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	var b requestBody
+	if _, err := decodeBody(ctx, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	if _, err := s.sys.GetRun(t, id); err != nil {
+		return err
+	}
+	acc, err := act(t, id, *b.RequestID)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
+	return nil
+}
+
+func (s *Server) finish(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	return s.control(ctx, t, s.sys.Finish)
+}
+
+func (s *Server) cancel(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	return s.control(ctx, t, s.sys.Cancel)
+}
+
+func (s *Server) getOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "operation_id", actors.OperationPrefix, "operation")
+	if err != nil {
+		return err
+	}
+	op, err := s.sys.GetOperation(t, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusOK, op)
+	return nil
+}
+
+// DefaultLimit is the page size when limit is not given.
+const DefaultLimit = 100
+
+// paging reads the after_seq and limit query parameters; unknown
+// parameters are refused like unknown body fields.
+func paging(ctx *fasthttp.RequestCtx) (after int64, limit int, err error) {
+	limit = DefaultLimit
+	ctx.QueryArgs().VisitAll(func(k, v []byte) {
+		if err != nil {
+			return
+		}
+		n, perr := strconv.ParseInt(string(v), 10, 64)
+		switch string(k) {
+		case "after_seq":
+			if perr != nil || n < 0 {
+				err = &invalid{Field: "after_seq", Reason: "must be an integer >= 0"}
+			}
+			after = n
+		case "limit":
+			if perr != nil || n < 1 || n > 500 {
+				err = &invalid{Field: "limit", Reason: "must be an integer between 1 and 500"}
+			}
+			limit = int(n)
+		default:
+			err = &invalid{Field: string(k), Reason: "unknown query parameter (want after_seq, limit)"}
+		}
+	})
+	return after, limit, err
+}
+
+type operationsPage struct {
+	Items        []persistence.Operation `json:"items"`
+	NextAfterSeq int64                   `json:"next_after_seq"`
+}
+
+func (s *Server) listOperations(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	after, limit, err := paging(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := s.sys.ListOperations(t, id, after, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusOK, operationsPage{Items: p.Items, NextAfterSeq: p.NextAfterSeq})
+	return nil
+}
+
+type metricsPage struct {
+	Items        []persistence.Metric      `json:"items"`
+	Summary      map[string]actors.Summary `json:"summary"`
+	NextAfterSeq int64                     `json:"next_after_seq"`
+}
+
+func (s *Server) metrics(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	after, limit, err := paging(ctx)
+	if err != nil {
+		return err
+	}
+	p, sum, err := s.sys.Metrics(t, id, after, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(ctx, fasthttp.StatusOK, metricsPage{Items: p.Items, Summary: sum, NextAfterSeq: p.NextAfterSeq})
+	return nil
+}

@@ -1,0 +1,245 @@
+// Package httpapi serves the API over fasthttp: routing, authentication,
+// strict request decoding, the error envelope, and one handler per endpoint.
+// It never lets a fasthttp buffer escape a handler: bodies are copied before
+// anything keeps them.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/router"
+	json "github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/http/auth"
+	"github.com/wts-project/wts/persistence"
+)
+
+// DefaultMaxBody is the largest request body accepted: a forward_backward of
+// 4096 datums of several hundred tokens with per-token weights fits.
+const DefaultMaxBody = 64 << 20
+
+// Config configures the server.
+type Config struct {
+	MaxBody int // bytes; 0 is DefaultMaxBody
+	Log     *slog.Logger
+}
+
+// Server is the API server of one node.
+type Server struct {
+	sys      *actors.System
+	log      *slog.Logger
+	maxBody  int
+	srv      *fasthttp.Server
+	draining atomic.Bool
+}
+
+// New builds the server over a started node.
+func New(sys *actors.System, cfg Config) *Server {
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody}
+	s.srv = &fasthttp.Server{
+		Handler:            s.routes(),
+		Name:               "wts",
+		MaxRequestBodySize: cfg.MaxBody,
+		ReadTimeout:        5 * time.Minute,
+		WriteTimeout:       5 * time.Minute,
+		IdleTimeout:        2 * time.Minute,
+		ErrorHandler:       s.transportError,
+		Logger:             slogPrinter{cfg.Log},
+	}
+	return s
+}
+
+// Serve answers requests on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown refuses new requests (503 shutting_down while connections close),
+// waits for those in flight, and returns; the caller then stops the node.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	return s.srv.ShutdownWithContext(ctx)
+}
+
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Printf(format string, args ...any) {
+	p.log.Warn(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// transportError answers requests fasthttp could not read.
+func (s *Server) transportError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		fail(ctx, codeTooLarge, fmt.Sprintf("request body is larger than %d bytes", s.maxBody))
+		return
+	}
+	fail(ctx, codeBadRequest, "could not read the request: "+err.Error())
+}
+
+// authed is a handler of an authenticated endpoint.
+type authed func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
+
+func (s *Server) routes() fasthttp.RequestHandler {
+	r := router.New()
+	r.RedirectTrailingSlash, r.RedirectFixedPath = false, false
+	r.HandleOPTIONS = false
+	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		fail(ctx, actors.CodeNotFound, fmt.Sprintf("no endpoint %s %s", ctx.Method(), ctx.Path()))
+	}
+	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		fail(ctx, codeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", ctx.Method(), ctx.Path(), ctx.Response.Header.Peek("Allow")))
+	}
+	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v any) {
+		s.log.Error("handler panic", "request_id", requestID(ctx), "panic", v)
+		fail(ctx, actors.CodeInternal, "internal error")
+	}
+	const v1 = "/v1/training"
+	r.POST(v1+"/sessions", s.api(s.createSession))
+	r.GET(v1+"/sessions/{session_id}", s.api(s.getSession))
+	r.POST(v1+"/sessions/{session_id}/heartbeat", s.api(s.heartbeat))
+	r.POST(v1+"/sessions/{session_id}/close", s.api(s.closeSession))
+	r.POST(v1+"/sessions/{session_id}/runs", s.api(s.createRun))
+	r.GET(v1+"/runs/{run_id}", s.api(s.getRun))
+	r.POST(v1+"/runs/{run_id}/operations", s.api(s.submit))
+	r.GET(v1+"/runs/{run_id}/operations", s.api(s.listOperations))
+	r.POST(v1+"/runs/{run_id}/finish", s.api(s.finish))
+	r.POST(v1+"/runs/{run_id}/cancel", s.api(s.cancel))
+	r.GET(v1+"/runs/{run_id}/metrics", s.api(s.metrics))
+	r.GET(v1+"/operations/{operation_id}", s.api(s.getOperation))
+	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, 200, map[string]string{"status": "ok"}) })
+	r.GET("/readyz", s.ready)
+	return s.logged(r.Handler)
+}
+
+// logged assigns the request id, refuses requests while draining, and logs
+// each request once it is answered.
+func (s *Server) logged(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		id := string(ctx.Request.Header.Peek("X-Request-Id"))
+		if id == "" || len(id) > 200 {
+			var b [12]byte
+			rand.Read(b[:])
+			id = "req_" + hex.EncodeToString(b[:])
+		}
+		ctx.SetUserValue(requestIDKey{}, id)
+		ctx.Response.Header.Set("X-Request-Id", id)
+		if s.draining.Load() {
+			ctx.SetConnectionClose()
+			fail(ctx, codeShuttingDown, "the server is shutting down; retry on another node or after restart")
+		} else {
+			next(ctx)
+		}
+		s.log.Info("request", "request_id", id, "method", string(ctx.Method()), "path", string(ctx.Path()),
+			"status", ctx.Response.StatusCode(), "ms", float64(time.Since(start).Microseconds())/1000)
+	}
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx *fasthttp.RequestCtx) string {
+	id, _ := ctx.UserValue(requestIDKey{}).(string)
+	return id
+}
+
+// api wraps an authenticated endpoint: the bearer key, the content type of a
+// body, and the error envelope for whatever the handler returns.
+func (s *Server) api(h authed) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		authz := string(ctx.Request.Header.Peek("Authorization"))
+		key, ok := strings.CutPrefix(authz, "Bearer ")
+		if !ok {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="wts"`)
+			fail(ctx, codeUnauthorized, "missing Authorization: Bearer <API key> header")
+			return
+		}
+		t, err := auth.Check(s.sys.Store(), strings.TrimSpace(key))
+		if err != nil {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="wts", error="invalid_token"`)
+			if errors.Is(err, auth.ErrInvalid) {
+				fail(ctx, codeUnauthorized, "the API key is not valid")
+			} else {
+				s.log.Error("key check", "request_id", requestID(ctx), "err", err)
+				fail(ctx, actors.CodeInternal, "internal error")
+			}
+			return
+		}
+		if ctx.IsPost() {
+			ct := string(ctx.Request.Header.ContentType())
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				fail(ctx, codeMediaType, fmt.Sprintf("Content-Type must be application/json, not %q", ct))
+				return
+			}
+		}
+		if err := h(ctx, t); err != nil {
+			s.fail(ctx, err)
+		}
+	}
+}
+
+// fail answers with err's envelope; schema errors are validation_error and
+// anything without a public code is logged and answered internal_error.
+func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
+	var inv *payload.Invalid
+	var mal *payload.Malformed
+	switch {
+	case errors.As(err, &mal):
+		fail(ctx, codeMalformed, mal.Error())
+	case errors.As(err, &inv):
+		fail(ctx, actors.CodeValidation, inv.Error())
+	default:
+		if e := actors.AsError(err); e.Code == actors.CodeInternal {
+			s.log.Error("request failed", "request_id", requestID(ctx), "err", err)
+		}
+		failErr(ctx, err)
+	}
+}
+
+func (s *Server) ready(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		fail(ctx, codeShuttingDown, "draining")
+		return
+	}
+	if err := s.sys.Store().View(func(*persistence.Tx) error { return nil }); err != nil {
+		fail(ctx, actors.CodeUnavailable, "store: "+err.Error())
+		return
+	}
+	writeJSON(ctx, 200, map[string]string{"status": "ready"})
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":{"code":"internal_error","message":"could not encode the response"}}`)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// decodeBody copies the request body and strictly decodes it into v.
+func decodeBody(ctx *fasthttp.RequestCtx, v any) ([]byte, error) {
+	body := append([]byte(nil), ctx.PostBody()...)
+	if len(body) == 0 {
+		return nil, &payload.Malformed{Reason: "the request body is empty; send a JSON object"}
+	}
+	return body, payload.Strict(body, v, "")
+}

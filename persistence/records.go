@@ -1,0 +1,132 @@
+package persistence
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"time"
+)
+
+// Tenant is who owns a resource: an organization, seen through either its
+// test keys or its live keys, never both.
+type Tenant struct {
+	Org  string `msgpack:"org"`
+	Live bool   `msgpack:"live"`
+}
+
+// Key is an API key as stored: its hash, never the key.
+type Key struct {
+	ID        string    `msgpack:"id"`
+	Tenant    Tenant    `msgpack:"tenant"`
+	Hash      []byte    `msgpack:"hash"` // SHA-256 of the whole key
+	CreatedAt time.Time `msgpack:"created_at"`
+}
+
+// Session is one caller session. JSON tags give the API shape; fields tagged
+// "-" are the service's own.
+type Session struct {
+	ID                 string          `msgpack:"id" json:"id"`
+	Tenant             Tenant          `msgpack:"tenant" json:"-"`
+	RequestID          string          `msgpack:"request_id" json:"-"`
+	Status             string          `msgpack:"status" json:"status"`
+	Provider           string          `msgpack:"provider" json:"provider"`
+	FundingSource      string          `msgpack:"funding_source" json:"funding_source"`
+	CredentialID       string          `msgpack:"credential_id" json:"-"`
+	LeaseEpoch         int64           `msgpack:"lease_epoch" json:"lease_epoch"`
+	LeaseExpiresAt     time.Time       `msgpack:"lease_expires_at" json:"lease_expires_at"`
+	IdleTTLSeconds     int64           `msgpack:"idle_ttl_s" json:"idle_ttl_s"`
+	MaxCostMicroUSD    *int64          `msgpack:"max_cost_microusd" json:"max_cost_microusd"`
+	ErrorCode          string          `msgpack:"error_code" json:"error_code,omitempty"`
+	Capability         json.RawMessage `msgpack:"capability" json:"capability"`
+	CapabilitySnapshot json.RawMessage `msgpack:"capability_snapshot" json:"capability_snapshot"`
+	RunID              string          `msgpack:"run_id" json:"run_id,omitempty"`
+	Metadata           json.RawMessage `msgpack:"metadata" json:"metadata,omitempty"`
+	CreatedAt          time.Time       `msgpack:"created_at" json:"created_at"`
+	UpdatedAt          time.Time       `msgpack:"updated_at" json:"updated_at"`
+}
+
+// LoRA is a run's adapter configuration.
+type LoRA struct {
+	Rank         int    `msgpack:"rank" json:"rank"`
+	Seed         uint64 `msgpack:"seed" json:"seed"`
+	TrainMLP     bool   `msgpack:"train_mlp" json:"train_mlp"`
+	TrainAttn    bool   `msgpack:"train_attn" json:"train_attn"`
+	TrainUnembed bool   `msgpack:"train_unembed" json:"train_unembed"`
+}
+
+// Run is a session's run.
+type Run struct {
+	ID                  string          `msgpack:"id" json:"id"`
+	SessionID           string          `msgpack:"session_id" json:"session_id"`
+	Tenant              Tenant          `msgpack:"tenant" json:"-"`
+	RequestID           string          `msgpack:"request_id" json:"-"`
+	Status              string          `msgpack:"status" json:"status"`
+	BaseModel           string          `msgpack:"base_model" json:"base_model"`
+	ModelRevision       string          `msgpack:"model_revision" json:"model_revision"`
+	ResourceProfile     string          `msgpack:"resource_profile" json:"resource_profile"`
+	TuningMode          string          `msgpack:"tuning_mode" json:"tuning_mode"`
+	LoRA                LoRA            `msgpack:"lora" json:"lora"`
+	CheckpointID        string          `msgpack:"checkpoint_id" json:"checkpoint_id,omitempty"`
+	NextSeqID           int64           `msgpack:"next_seq_id" json:"next_seq_id"`
+	SamplerID           string          `msgpack:"sampler_id" json:"sampler_id,omitempty"`
+	LatestWeightVersion int64           `msgpack:"latest_weight_version" json:"latest_weight_version"`
+	ErrorCode           string          `msgpack:"error_code" json:"error_code,omitempty"`
+	Metadata            json.RawMessage `msgpack:"metadata" json:"metadata,omitempty"`
+	CreatedAt           time.Time       `msgpack:"created_at" json:"created_at"`
+	UpdatedAt           time.Time       `msgpack:"updated_at" json:"updated_at"`
+
+	// Epoch is the activation fence: each activation of the run's grain
+	// bumps it, and a write carrying an older epoch is refused.
+	Epoch uint64 `msgpack:"epoch" json:"-"`
+	// StateSeq is the seq_id of the last succeeded operation that changed the
+	// trainer (forward_backward, optim_step, load_state): the trainer state
+	// is the snapshot at SnapshotSeq with every such operation after it
+	// replayed in order.
+	StateSeq    int64 `msgpack:"state_seq" json:"-"`
+	SnapshotSeq int64 `msgpack:"snapshot_seq" json:"-"`
+	Steps       int64 `msgpack:"steps" json:"-"`
+}
+
+// Operation is one submitted primitive of a run.
+type Operation struct {
+	ID                string          `msgpack:"id" json:"id"`
+	SessionID         string          `msgpack:"session_id" json:"session_id"`
+	RunID             string          `msgpack:"run_id" json:"run_id"`
+	SeqID             int64           `msgpack:"seq_id" json:"seq_id"`
+	Kind              string          `msgpack:"kind" json:"kind"`
+	Status            string          `msgpack:"status" json:"status"`
+	Result            json.RawMessage `msgpack:"result" json:"result"`
+	ErrorCode         *string         `msgpack:"error_code" json:"error_code"`
+	ErrorMessage      *string         `msgpack:"error_message" json:"error_message"`
+	Progress          json.RawMessage `msgpack:"progress" json:"progress"`
+	ProgressUpdatedAt *time.Time      `msgpack:"progress_updated_at" json:"progress_updated_at"`
+	CreatedAt         time.Time       `msgpack:"created_at" json:"created_at"`
+	UpdatedAt         time.Time       `msgpack:"updated_at" json:"updated_at"`
+
+	IdempotencyKey string          `msgpack:"idempotency_key" json:"-"`
+	RequestHash    string          `msgpack:"request_hash" json:"-"`
+	Payload        json.RawMessage `msgpack:"payload" json:"-"`
+}
+
+// Metric is the step record of one forward_backward or optim_step.
+type Metric struct {
+	SeqID      int64              `msgpack:"seq_id" json:"seq_id"`
+	Kind       string             `msgpack:"kind" json:"kind"`
+	Step       int64              `msgpack:"step" json:"step"`
+	Values     map[string]float64 `msgpack:"values" json:"metrics"`
+	DurationMS float64            `msgpack:"duration_ms" json:"duration_ms"`
+	CreatedAt  time.Time          `msgpack:"created_at" json:"created_at"`
+}
+
+// SeqKey is the key of a run's record with sequence number seq: the run id
+// then seq big-endian, so keys sort in seq order.
+func SeqKey(runID string, seq int64) []byte {
+	k := make([]byte, len(runID)+8)
+	copy(k, runID)
+	binary.BigEndian.PutUint64(k[len(runID):], uint64(seq))
+	return k
+}
+
+// IdemKey is the key of a run's idempotency entry.
+func IdemKey(runID, key string) []byte {
+	return append(append([]byte(runID), 0), key...)
+}

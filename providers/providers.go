@@ -1,0 +1,173 @@
+// Package providers holds the two providers' capability rows, the routing of
+// a new session to one of them, and their lease rules.
+//
+// On one node both providers run on the node's own executors; what tells
+// them apart is their contract: provider_a pins model revisions to the
+// catalog commit and caps a session's idle lease at its trainer lifetime,
+// provider_b manages model identity itself.
+package providers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/wts-project/wts/kernels/lora"
+)
+
+// Provider names, as the API spells them.
+const (
+	A = "provider_a"
+	B = "provider_b"
+)
+
+// Order is the service's own provider order for provider "auto".
+var Order = []string{A, B}
+
+// Operations a run accepts, and a sampler: the primitives this node runs
+// today (checkpoints, sampler weights, exports and sampling come with the
+// samplers and artifacts work).
+var (
+	Operations        = []string{"forward", "forward_backward", "optim_step"}
+	SamplerOperations = []string{}
+)
+
+// Profile is one resource profile of a capability row.
+type Profile struct {
+	Device      string   `json:"device"`
+	TuningModes []string `json:"tuning_modes"`
+	MaxLoRARank int      `json:"max_lora_rank"`
+	MaxSeqLen   int      `json:"max_seq_len"`
+}
+
+// Billing is a capability row's price list, in integer micro-USD.
+type Billing struct {
+	Currency string            `json:"currency"`
+	Prices   map[string]int64  `json:"prices_microusd"` // meter → micro-USD per unit
+	Units    map[string]string `json:"units"`
+}
+
+// Capability is a provider's capability row, as the API returns it.
+type Capability struct {
+	Provider          string             `json:"provider"`
+	Models            []string           `json:"models"`
+	Operations        []string           `json:"operations"`
+	SamplerOperations []string           `json:"sampler_operations"`
+	ResourceProfiles  map[string]Profile `json:"resource_profiles"`
+	BillingSnapshot   Billing            `json:"billing_snapshot"`
+}
+
+// DefaultProfile is the resource profile a run gets.
+const DefaultProfile = "cpu-default"
+
+// Lease bounds, in seconds.
+const (
+	DefaultIdleTTL = 3600
+	MinIdleTTL     = 60
+	MaxIdleTTL     = 86400
+	// TrainerLifetime caps provider_a's idle lease: its trainers are
+	// recycled after this long without a heartbeat.
+	TrainerLifetime = 14400
+)
+
+// DefaultCeiling is what a platform-funded session without a ceiling
+// reserves: 100 USD.
+const DefaultCeiling int64 = 100_000_000
+
+// Routing errors.
+var (
+	ErrUnavailable        = errors.New("provider is not available")
+	ErrCredentialRequired = errors.New("byok funding needs a credential_id")
+	ErrCredentialUnknown  = errors.New("credential not found")
+)
+
+// Registry is the providers this node offers and their capability rows.
+type Registry struct {
+	catalog *Catalog
+	rows    map[string]*Capability
+}
+
+// NewRegistry builds both capability rows over the catalog.
+func NewRegistry(c *Catalog) *Registry {
+	r := &Registry{catalog: c, rows: map[string]*Capability{}}
+	for _, p := range Order {
+		maxSeq := 0
+		for _, n := range c.Names() {
+			m, _ := c.Lookup(n)
+			maxSeq = max(maxSeq, m.Config.MaxPos)
+		}
+		r.rows[p] = &Capability{
+			Provider:          p,
+			Models:            c.Names(),
+			Operations:        Operations,
+			SamplerOperations: SamplerOperations,
+			ResourceProfiles: map[string]Profile{DefaultProfile: {
+				Device: "cpu", TuningModes: []string{"lora"}, MaxLoRARank: lora.MaxRank, MaxSeqLen: maxSeq,
+			}},
+			BillingSnapshot: Billing{
+				Currency: "USD",
+				Prices:   map[string]int64{"train_tokens": 1, "sample_tokens": 1, "prompt_tokens": 1},
+				Units:    map[string]string{"train_tokens": "token", "sample_tokens": "token", "prompt_tokens": "token"},
+			},
+		}
+	}
+	return r
+}
+
+// Catalog is the model catalog behind the rows.
+func (r *Registry) Catalog() *Catalog { return r.catalog }
+
+// Row is provider p's capability row.
+func (r *Registry) Row(p string) *Capability { return r.rows[p] }
+
+// Route picks the provider for a new session: an explicit choice must be
+// offered; "auto" takes the first offered provider of the caller's
+// preferences, then of the service's order.
+func (r *Registry) Route(provider string, preferences []string) (string, error) {
+	if provider != "" && provider != "auto" {
+		if r.rows[provider] == nil {
+			return "", fmt.Errorf("%w: %s", ErrUnavailable, provider)
+		}
+		return provider, nil
+	}
+	for _, p := range slices.Concat(preferences, Order) {
+		if r.rows[p] != nil {
+			return p, nil
+		}
+	}
+	return "", ErrUnavailable
+}
+
+// Funding resolves a funding preference. A byok session must name a
+// credential; no credential store exists yet, so every reference is unknown.
+func Funding(preference, credentialID string) (string, error) {
+	switch {
+	case preference == "byok" || (preference == "auto" || preference == "") && credentialID != "":
+		if credentialID == "" {
+			return "", ErrCredentialRequired
+		}
+		return "", fmt.Errorf("%w: %s", ErrCredentialUnknown, credentialID)
+	default:
+		return "platform", nil
+	}
+}
+
+// IdleTTL is the lease length a session gets for a requested idle_ttl_s
+// (0: not given).
+func IdleTTL(provider string, requested int64) time.Duration {
+	s := int64(DefaultIdleTTL)
+	if requested > 0 {
+		s = requested
+	}
+	if provider == A {
+		s = min(s, TrainerLifetime)
+	}
+	return time.Duration(s) * time.Second
+}
+
+// CheckRevision applies the provider's model-identity rule: provider_a runs
+// only the catalog's pinned revision; provider_b manages identity itself.
+func CheckRevision(provider string, m *Model, revision string) bool {
+	return provider != A || revision == m.Revision
+}
