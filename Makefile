@@ -10,6 +10,7 @@ build:
 # and benchmark runs live behind their own targets.
 test: vet
 	$(GO) test -count=1 ./...
+	$(GO) test -race -count=1 -run 'Concurrency' ./http/
 
 vet:
 	$(GO) vet ./...

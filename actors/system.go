@@ -169,9 +169,13 @@ func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.min && h.Handler.Enabled(ctx, l)
 }
 
-func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler { return atLeast{h.Handler.WithAttrs(as), h.min} }
+func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler {
+	return atLeast{h.Handler.WithAttrs(as), h.min}
+}
 
-func (h atLeast) WithGroup(name string) slog.Handler { return atLeast{h.Handler.WithGroup(name), h.min} }
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{h.Handler.WithGroup(name), h.min}
+}
 
 // toExecutor sends a command to this node's executor.
 func (s *System) toExecutor(method string, msg any) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/providers"
 )
 
 func modelCmd(args []string) error {
@@ -48,8 +49,12 @@ func modelCmd(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %d layers, hidden %d, heads %d/%d x %d, mlp %d, vocab %d, context %d, %d parameters\n",
-			c.ModelType, c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.MaxPos, c.ParamCount())
+		rev, err := providers.Revision(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d layers, hidden %d, heads %d/%d x %d, mlp %d, vocab %d, context %d, %d parameters; revision %s\n",
+			c.ModelType, c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.MaxPos, c.ParamCount(), rev)
 		return nil
 	}
 	return fmt.Errorf("unknown model command %q", args[0])

@@ -1,0 +1,116 @@
+package payload
+
+import (
+	stdjson "encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	json "github.com/goccy/go-json"
+)
+
+func TestStrictErrors(t *testing.T) {
+	cases := []struct {
+		body  string
+		field string // "" for Malformed
+		has   string
+	}{
+		{`{"data":[{"model_input":{"token_ids":[1,2.5]}}]}`, "payload.data.model_input.token_ids", "integer"},
+		{`{"data":[{"model_input":{"token_ids":"x"}}]}`, "payload.data.model_input.token_ids", "array"},
+		{`{"data":[],"extra":1}`, "payload", `unknown field "extra"`},
+		{`{"data":[{"model_input":{"tokens":[1]}}]}`, "payload", `unknown field "tokens"`},
+		{`{"data":[]`, "", "end"},
+		{`{"data":[]} 1`, "", "trailing"},
+	}
+	for _, c := range cases {
+		var b Batch
+		err := Strict([]byte(c.body), &b, "payload")
+		var inv *Invalid
+		var mal *Malformed
+		switch {
+		case c.field == "" && !errors.As(err, &mal):
+			t.Errorf("%s: want malformed, got %v", c.body, err)
+		case c.field != "" && (!errors.As(err, &inv) || inv.Field != c.field):
+			t.Errorf("%s: want invalid at %s, got %v", c.body, c.field, err)
+		case !strings.Contains(err.Error(), c.has):
+			t.Errorf("%s: %q does not say %q", c.body, err, c.has)
+		}
+	}
+}
+
+func TestParseBatch(t *testing.T) {
+	p, err := Parse(ForwardBackward, []byte(`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2,3],"weights":[1,0.5]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := p.(*Batch)
+	if b.LossFn != "cross_entropy" || len(b.Datums()) != 1 || b.Datums()[0].Loss.Weights[1] != 0.5 {
+		t.Fatalf("%+v", b)
+	}
+	for _, bad := range []string{
+		`{"data":[]}`,
+		`{"data":[{"model_input":{"token_ids":[1,-2]},"loss_fn_inputs":{"target_tokens":[2,3]}}]}`,
+		`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2]}}]}`,
+		`{"data":[{"model_input":{"token_ids":[1,2]}}]}`,
+	} {
+		var inv *Invalid
+		if _, err := Parse(Forward, []byte(bad)); !errors.As(err, &inv) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if s, err := Parse(OptimStep, nil); err != nil || s.(*Step).Params().LR != 1e-4 {
+		t.Errorf("empty optim_step: %v %v", s, err)
+	}
+}
+
+// FuzzParse: any payload either parses or is refused with an Invalid or a
+// Malformed error; nothing panics.
+func FuzzParse(f *testing.F) {
+	f.Add(`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2,3]}}],"loss_fn":"ppo"}`)
+	f.Add(`{"adam_params":{"learning_rate":0.1,"beta1":0.5}}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, kind := range []string{ForwardBackward, OptimStep} {
+			_, err := Parse(kind, []byte(body))
+			var inv *Invalid
+			var mal *Malformed
+			if err != nil && !errors.As(err, &inv) && !errors.As(err, &mal) {
+				t.Fatalf("%s %q: unclassified error %v", kind, body, err)
+			}
+		}
+	})
+}
+
+// tokenBody is a forward payload with one 32,768-token datum.
+func tokenBody() []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"data":[{"model_input":{"token_ids":[`)
+	for i := 0; i < MaxTokenIDs; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprint(&sb, (i*7919)%151936)
+	}
+	sb.WriteString(`]},"loss_fn_inputs":{"target_tokens":[1]}}]}`)
+	return []byte(sb.String())
+}
+
+// BenchmarkDecodeTokens compares the JSON decoders on the largest model
+// input the API takes (the reason Strict decodes with goccy/go-json).
+func BenchmarkDecodeTokens(b *testing.B) {
+	body := tokenBody()
+	for _, d := range []struct {
+		name   string
+		decode func([]byte, any) error
+	}{{"encoding-json", stdjson.Unmarshal}, {"goccy-go-json", json.Unmarshal}, {"strict", func(raw []byte, v any) error { return Strict(raw, v, "") }}} {
+		b.Run(d.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				var v Batch
+				if err := d.decode(body, &v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
