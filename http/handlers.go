@@ -30,6 +30,22 @@ func created(ctx *fasthttp.RequestCtx, isNew bool, v any) {
 	writeJSON(ctx, status, v)
 }
 
+// byID answers GET of one resource by the id in path parameter param.
+func byID[T any](param, prefix, what string, read func(persistence.Tenant, string) (*T, error)) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		id, err := pathID(ctx, param, prefix, what)
+		if err != nil {
+			return err
+		}
+		v, err := read(t, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(ctx, fasthttp.StatusOK, v)
+		return nil
+	}
+}
+
 func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	var b sessionBody
 	if _, err := decodeBody(ctx, &b); err != nil {
@@ -43,19 +59,6 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) e
 		return err
 	}
 	created(ctx, isNew, sess)
-	return nil
-}
-
-func (s *Server) getSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
-	if err != nil {
-		return err
-	}
-	sess, err := s.sys.GetSession(t, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(ctx, fasthttp.StatusOK, sess)
 	return nil
 }
 
@@ -114,19 +117,6 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 		return err
 	}
 	created(ctx, r.Created, &r.Run)
-	return nil
-}
-
-func (s *Server) getRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
-	if err != nil {
-		return err
-	}
-	r, err := s.sys.GetRun(t, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(ctx, fasthttp.StatusOK, r)
 	return nil
 }
 
@@ -191,19 +181,6 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 
 func (s *Server) cancel(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	return s.control(ctx, t, s.sys.Cancel)
-}
-
-func (s *Server) getOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "operation_id", actors.OperationPrefix, "operation")
-	if err != nil {
-		return err
-	}
-	op, err := s.sys.GetOperation(t, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(ctx, fasthttp.StatusOK, op)
-	return nil
 }
 
 // DefaultLimit is the page size when limit is not given.
