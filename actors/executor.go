@@ -165,7 +165,7 @@ func (e *executor) drain(ctx context.Context) {
 func (e *executor) run(ctx context.Context, j *job) {
 	start := time.Now()
 	d := e.execute(ctx, j)
-	d.RunID, d.Epoch, d.SeqID, d.DurationMS = j.RunID, j.Epoch, j.SeqID, float64(time.Since(start).Microseconds())/1000
+	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(time.Since(start).Microseconds())/1000
 	e.mu.Lock()
 	delete(e.cancels, jobKey(j.RunID, j.SeqID))
 	e.mu.Unlock()

@@ -124,18 +124,19 @@ type Summary struct {
 }
 
 // Metrics pages a run's step records and summarises every metric over all of
-// them (not only the page).
+// them (not only the page), in one pass over the records.
 func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Metric], map[string]Summary, error) {
-	p, err := page(s, t, persistence.Metrics, runID, after, limit, func(m *persistence.Metric) int64 { return m.SeqID })
-	if err != nil {
-		return nil, nil, err
-	}
 	all, err := page(s, t, persistence.Metrics, runID, 0, math.MaxInt, func(m *persistence.Metric) int64 { return m.SeqID })
 	if err != nil {
 		return nil, nil, err
 	}
+	p := &Page[persistence.Metric]{Items: []persistence.Metric{}, NextAfterSeq: after}
 	sum := map[string]Summary{}
 	for _, m := range all.Items {
+		if m.SeqID > after && len(p.Items) < limit {
+			p.Items = append(p.Items, m)
+			p.NextAfterSeq = m.SeqID
+		}
 		for k, v := range m.Values {
 			x, seen := sum[k]
 			if !seen {

@@ -3,6 +3,7 @@ package actors
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -38,7 +39,7 @@ func (s *System) Submit(sub Submission) (*Accepted, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !contains(s.cfg.Registry.Row(s.providerOf(run)).Operations, sub.Kind) {
+	if !slices.Contains(s.cfg.Registry.Row(s.providerOf(run)).Operations, sub.Kind) {
 		return nil, refuse(CodeUnsupported, "operation %s is not offered for this run", sub.Kind)
 	}
 	parsed, err := payload.Parse(sub.Kind, sub.Payload)
@@ -344,7 +345,7 @@ func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accep
 		}
 		return handle(op, false), nil
 	}
-	if !contains(allowed, g.run.Status) {
+	if !slices.Contains(allowed, g.run.Status) {
 		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.id, g.run.Status, kind)
 	}
 	op, err := g.accept(key, kind, "", "", nil)
@@ -515,7 +516,6 @@ func (g *runGrain) ended() {
 
 // done is the executor's report on one operation.
 type done struct {
-	RunID       string
 	Epoch       uint64
 	SeqID       int64
 	Status      string // succeeded, failed or cancelled

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -277,7 +278,7 @@ func (g *sessionGrain) newRun(ss *persistence.Session, req *NewRun) (*persistenc
 		return nil, fmt.Errorf("session capability: %w", err)
 	}
 	m, ok := g.sys.cfg.Registry.Catalog().Lookup(req.BaseModel)
-	if !ok || !contains(row.Models, req.BaseModel) {
+	if !ok || !slices.Contains(row.Models, req.BaseModel) {
 		return nil, refuse(CodeModelUnavailable, "base_model %q is not offered by %s (models: %v)", req.BaseModel, ss.Provider, row.Models)
 	}
 	if !providers.CheckRevision(ss.Provider, m, req.ModelRevision) {
@@ -302,15 +303,6 @@ func (g *sessionGrain) newRun(ss *persistence.Session, req *NewRun) (*persistenc
 		Status: RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
 		TuningMode: "lora", LoRA: *req.LoRA, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // loraConfig is the engine configuration of a run's adapter.

@@ -99,7 +99,7 @@ func newRun(t *testing.T, s *System) (*persistence.Session, *persistence.Run) {
 func loss(t *testing.T, op *persistence.Operation) float64 {
 	t.Helper()
 	if op.Status != OpSucceeded {
-		t.Fatalf("operation %d %s: %s %v", op.SeqID, op.Kind, op.Status, *op.ErrorMessage)
+		t.Fatalf("operation %d %s: %s %v", op.SeqID, op.Kind, op.Status, op.ErrorMessage)
 	}
 	var r forwardResult
 	if err := json.Unmarshal(op.Result, &r); err != nil {

@@ -62,22 +62,31 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) e
 	return nil
 }
 
-// sessionAction is heartbeat and close: a request_id body and the session
-// after the action.
+// requestTarget reads the body of an action on one resource that carries
+// only a request_id (heartbeat, close, finish, cancel) and checks that the
+// resource named in the path is the caller's before any grain sees it.
+func requestTarget[T any](ctx *fasthttp.RequestCtx, t persistence.Tenant, param, prefix, what string, read func(persistence.Tenant, string) (*T, error)) (id, requestID string, err error) {
+	if id, err = pathID(ctx, param, prefix, what); err != nil {
+		return "", "", err
+	}
+	var b requestBody
+	if _, err := decodeBody(ctx, &b); err != nil {
+		return "", "", err
+	}
+	if err := b.check(); err != nil {
+		return "", "", err
+	}
+	if _, err := read(t, id); err != nil {
+		return "", "", err
+	}
+	return id, *b.RequestID, nil
+}
+
+// sessionAction is heartbeat and close: the session after the action.
 func (s *Server) sessionAction(act func(persistence.Tenant, string) (*persistence.Session, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
+		id, _, err := requestTarget(ctx, t, "session_id", actors.SessionPrefix, "session", s.sys.GetSession)
 		if err != nil {
-			return err
-		}
-		var b requestBody
-		if _, err := decodeBody(ctx, &b); err != nil {
-			return err
-		}
-		if err := b.check(); err != nil {
-			return err
-		}
-		if _, err := s.sys.GetSession(t, id); err != nil {
 			return err
 		}
 		sess, err := act(t, id)
@@ -87,14 +96,6 @@ func (s *Server) sessionAction(act func(persistence.Tenant, string) (*persistenc
 		writeJSON(ctx, fasthttp.StatusOK, sess)
 		return nil
 	}
-}
-
-func (s *Server) heartbeat(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	return s.sessionAction(s.sys.Heartbeat)(ctx, t)
-}
-
-func (s *Server) closeSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	return s.sessionAction(s.sys.CloseSession)(ctx, t)
 }
 
 func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
@@ -150,37 +151,21 @@ func (s *Server) submit(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	return nil
 }
 
-// control is finish and cancel: a request_id body and the operation that
-// records the request.
-func (s *Server) control(ctx *fasthttp.RequestCtx, t persistence.Tenant, act func(persistence.Tenant, string, string) (*actors.Accepted, error)) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
-	if err != nil {
-		return err
+// control is finish and cancel: 202 with the operation that records the
+// request.
+func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.Accepted, error)) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		id, requestID, err := requestTarget(ctx, t, "run_id", actors.RunPrefix, "run", s.sys.GetRun)
+		if err != nil {
+			return err
+		}
+		acc, err := act(t, id, requestID)
+		if err != nil {
+			return err
+		}
+		writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
+		return nil
 	}
-	var b requestBody
-	if _, err := decodeBody(ctx, &b); err != nil {
-		return err
-	}
-	if err := b.check(); err != nil {
-		return err
-	}
-	if _, err := s.sys.GetRun(t, id); err != nil {
-		return err
-	}
-	acc, err := act(t, id, *b.RequestID)
-	if err != nil {
-		return err
-	}
-	writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
-	return nil
-}
-
-func (s *Server) finish(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	return s.control(ctx, t, s.sys.Finish)
-}
-
-func (s *Server) cancel(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	return s.control(ctx, t, s.sys.Cancel)
 }
 
 // DefaultLimit is the page size when limit is not given.
