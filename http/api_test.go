@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 const v1 = "/v1/training"
@@ -347,4 +349,67 @@ func countStatus(ops []any, status string) int {
 		}
 	}
 	return n
+}
+
+// TestMsgpack sends and reads the same shapes as msgpack: the request_hash
+// is the JSON one, so a msgpack submission and its JSON retry are the same
+// operation, and errors come back in the negotiated format too.
+func TestMsgpack(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	mp := []string{"Content-Type", "application/msgpack", "Accept", "application/msgpack"}
+	encode := func(jsonBody []byte) []byte {
+		var v any
+		if err := json.Unmarshal(jsonBody, &v); err != nil {
+			t.Fatal(err)
+		}
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	s := n.do("POST", v1+"/sessions", key, encode([]byte(`{"request_id":"mp","idle_ttl_s":600}`)), mp...)
+	n.want(s, 201, "")
+	if s.Type != "application/msgpack" || s.str("status") != "ready" || s.Body["idle_ttl_s"].(float64) != 600 {
+		t.Fatalf("msgpack session: %s %s", s.Type, s.Raw)
+	}
+	run := n.do("POST", v1+"/sessions/"+s.str("id")+"/runs", key, encode(fmt.Appendf(nil,
+		`{"request_id":"r","base_model":"tiny","model_revision":%q,"lora":{"rank":4}}`, n.revision)), mp...)
+	n.want(run, 201, "")
+	path := v1 + "/runs/" + run.str("id") + "/operations"
+
+	body := op(1, "k1", "forward_backward", batch(2, 6, 1))
+	first := n.do("POST", path, key, encode(body), mp...)
+	n.want(first, 202, "")
+	retry := n.do("POST", path, key, body) // the same operation, as JSON
+	n.want(retry, 202, "")
+	if retry.Type != "application/json" || retry.str("id") != first.str("id") {
+		t.Fatalf("JSON retry of a msgpack submission: %s vs %s", retry.Raw, first.Raw)
+	}
+	if done := n.poll(key, first.str("id")); done.str("status") != "succeeded" {
+		t.Fatalf("msgpack operation: %s", done.Raw)
+	}
+
+	conflict := n.do("POST", path, key, encode(op(5, "k2", "forward", batch(1, 4, 1))), mp...)
+	n.want(conflict, 409, "seq_id_mismatch")
+	if conflict.Type != "application/msgpack" {
+		t.Errorf("error answered as %s", conflict.Type)
+	}
+	n.want(n.do("POST", path, key, []byte{0xc4, 0x01, 0x00}, mp...), 400, "malformed_msgpack")
+	n.want(n.do("POST", path, key, encode(body)[:20], mp...), 400, "malformed_msgpack")
+	// JSON is the default; msgpack only where Accept prefers it.
+	for accept, want := range map[string]string{
+		"":    "application/json",
+		"*/*": "application/json",
+		"application/msgpack;q=0.5, application/json": "application/json",
+		"application/json;q=0.1, application/msgpack": "application/msgpack",
+		"application/x-msgpack":                       "application/msgpack",
+		"text/html":                                   "application/json",
+	} {
+		r := n.do("GET", v1+"/runs/"+run.str("id"), key, nil, "Accept", accept)
+		if r.Status != 200 || r.Type != want {
+			t.Errorf("Accept %q answered %d %s, want %s", accept, r.Status, r.Type, want)
+		}
+	}
 }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
@@ -136,7 +138,8 @@ func (n *node) kill() {
 type reply struct {
 	Status int
 	Body   map[string]any
-	Raw    []byte
+	Raw    []byte // JSON, also when the server answered in msgpack
+	Type   string // the response's Content-Type
 }
 
 func (r *reply) code() string {
@@ -179,7 +182,14 @@ func (n *node) do(method, path, key string, body any, headers ...string) *reply 
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	r := &reply{Status: resp.StatusCode, Raw: raw}
+	if resp.Header.Get("Content-Type") == "application/msgpack" {
+		var v any
+		if err := msgpack.Unmarshal(raw, &v); err != nil {
+			n.t.Fatalf("%s %s: body is not msgpack: %v", method, path, err)
+		}
+		raw, _ = json.Marshal(v)
+	}
+	r := &reply{Status: resp.StatusCode, Raw: raw, Type: resp.Header.Get("Content-Type")}
 	if err := json.Unmarshal(raw, &r.Body); err != nil {
 		n.t.Fatalf("%s %s: body is not a JSON object: %q", method, path, raw)
 	}

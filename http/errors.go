@@ -9,27 +9,29 @@ import (
 // Codes the HTTP layer itself answers with (the grains' codes are in
 // package actors, the engine's in kernels/kerr).
 const (
-	codeMalformed    = "malformed_json"
-	codeUnauthorized = "unauthorized"
-	codeTooLarge     = "payload_too_large"
-	codeMediaType    = "unsupported_media_type"
-	codeMethod       = "method_not_allowed"
-	codeHashMismatch = "request_hash_mismatch"
-	codeBadRequest   = "bad_request"
-	codeShuttingDown = "shutting_down"
+	codeMalformed        = "malformed_json"
+	codeMalformedMsgpack = "malformed_msgpack"
+	codeUnauthorized     = "unauthorized"
+	codeTooLarge         = "payload_too_large"
+	codeMediaType        = "unsupported_media_type"
+	codeMethod           = "method_not_allowed"
+	codeHashMismatch     = "request_hash_mismatch"
+	codeBadRequest       = "bad_request"
+	codeShuttingDown     = "shutting_down"
 )
 
 // statuses is the one table of error code → HTTP status; docs/errors.md
 // describes each row, and a test checks that every code has a row there.
 var statuses = map[string]int{
-	codeMalformed:    fasthttp.StatusBadRequest,
-	codeBadRequest:   fasthttp.StatusBadRequest,
-	codeUnauthorized: fasthttp.StatusUnauthorized,
-	codeTooLarge:     fasthttp.StatusRequestEntityTooLarge,
-	codeMediaType:    fasthttp.StatusUnsupportedMediaType,
-	codeMethod:       fasthttp.StatusMethodNotAllowed,
-	codeHashMismatch: fasthttp.StatusUnprocessableEntity,
-	codeShuttingDown: fasthttp.StatusServiceUnavailable,
+	codeMalformed:        fasthttp.StatusBadRequest,
+	codeMalformedMsgpack: fasthttp.StatusBadRequest,
+	codeBadRequest:       fasthttp.StatusBadRequest,
+	codeUnauthorized:     fasthttp.StatusUnauthorized,
+	codeTooLarge:         fasthttp.StatusRequestEntityTooLarge,
+	codeMediaType:        fasthttp.StatusUnsupportedMediaType,
+	codeMethod:           fasthttp.StatusMethodNotAllowed,
+	codeHashMismatch:     fasthttp.StatusUnprocessableEntity,
+	codeShuttingDown:     fasthttp.StatusServiceUnavailable,
 
 	actors.CodeNotFound:            fasthttp.StatusNotFound,
 	actors.CodeCheckpointNotFound:  fasthttp.StatusNotFound,
@@ -76,7 +78,7 @@ func fail(ctx *fasthttp.RequestCtx, code, message string) {
 	if !ok {
 		status = fasthttp.StatusInternalServerError
 	}
-	writeJSON(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
+	write(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
 }
 
 // failErr writes err's envelope: a public actors.Error as it is, anything

@@ -27,7 +27,7 @@ func created(ctx *fasthttp.RequestCtx, isNew bool, v any) {
 	if isNew {
 		status = fasthttp.StatusCreated
 	}
-	writeJSON(ctx, status, v)
+	write(ctx, status, v)
 }
 
 // byID answers GET of one resource by the id in path parameter param.
@@ -41,7 +41,7 @@ func byID[T any](param, prefix, what string, read func(persistence.Tenant, strin
 		if err != nil {
 			return err
 		}
-		writeJSON(ctx, fasthttp.StatusOK, v)
+		write(ctx, fasthttp.StatusOK, v)
 		return nil
 	}
 }
@@ -93,7 +93,7 @@ func (s *Server) sessionAction(act func(persistence.Tenant, string) (*persistenc
 		if err != nil {
 			return err
 		}
-		writeJSON(ctx, fasthttp.StatusOK, sess)
+		write(ctx, fasthttp.StatusOK, sess)
 		return nil
 	}
 }
@@ -147,7 +147,7 @@ func (s *Server) submit(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
+	write(ctx, fasthttp.StatusAccepted, &acc.Op)
 	return nil
 }
 
@@ -163,7 +163,7 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.A
 		if err != nil {
 			return err
 		}
-		writeJSON(ctx, fasthttp.StatusAccepted, &acc.Op)
+		write(ctx, fasthttp.StatusAccepted, &acc.Op)
 		return nil
 	}
 }
@@ -216,7 +216,7 @@ func (s *Server) listOperations(ctx *fasthttp.RequestCtx, t persistence.Tenant) 
 	if err != nil {
 		return err
 	}
-	writeJSON(ctx, fasthttp.StatusOK, operationsPage{Items: p.Items, NextAfterSeq: p.NextAfterSeq})
+	write(ctx, fasthttp.StatusOK, operationsPage{Items: p.Items, NextAfterSeq: p.NextAfterSeq})
 	return nil
 }
 
@@ -239,6 +239,6 @@ func (s *Server) metrics(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(ctx, fasthttp.StatusOK, metricsPage{Items: p.Items, Summary: sum, NextAfterSeq: p.NextAfterSeq})
+	write(ctx, fasthttp.StatusOK, metricsPage{Items: p.Items, Summary: sum, NextAfterSeq: p.NextAfterSeq})
 	return nil
 }

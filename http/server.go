@@ -11,14 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/router"
-	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
 	"github.com/wts-project/wts/actors"
@@ -123,7 +121,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.POST(v1+"/runs/{run_id}/cancel", s.api(s.control(s.sys.Cancel)))
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(s.metrics))
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
-	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, 200, map[string]string{"status": "ok"}) })
+	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
 	return s.logged(r.Handler)
 }
@@ -141,6 +139,7 @@ func (s *Server) logged(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		}
 		ctx.SetUserValue(requestIDKey{}, id)
 		ctx.Response.Header.Set("X-Request-Id", id)
+		negotiate(ctx)
 		if s.draining.Load() {
 			ctx.SetConnectionClose()
 			fail(ctx, codeShuttingDown, "the server is shutting down; retry on another node or after restart")
@@ -182,9 +181,8 @@ func (s *Server) api(h authed) fasthttp.RequestHandler {
 			return
 		}
 		if ctx.IsPost() {
-			ct := string(ctx.Request.Header.ContentType())
-			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				fail(ctx, codeMediaType, fmt.Sprintf("Content-Type must be application/json, not %q", ct))
+			if err := readBody(ctx); err != nil {
+				s.fail(ctx, err)
 				return
 			}
 		}
@@ -221,18 +219,7 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 		fail(ctx, actors.CodeUnavailable, "store: "+err.Error())
 		return
 	}
-	writeJSON(ctx, 200, map[string]string{"status": "ready"})
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":{"code":"internal_error","message":"could not encode the response"}}`)
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	write(ctx, 200, map[string]string{"status": "ready"})
 }
 
 // decodeBody copies the request body and strictly decodes it into v.

@@ -75,7 +75,7 @@ func (p *parser) value(out []byte, depth int, skip string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return appendString(out, s), nil
+		return AppendString(out, s), nil
 	case c == '-' || c >= '0' && c <= '9':
 		return p.number(out)
 	}
@@ -148,7 +148,7 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = appendString(out, m.key)
+		out = AppendString(out, m.key)
 		out = append(out, ':')
 		out = append(out, m.value...)
 	}
@@ -296,9 +296,9 @@ func hex4(b []byte) (rune, int, bool) {
 	return rune(v), 4, err == nil
 }
 
-// appendString writes s with JCS's escapes: quote, backslash, and control
+// AppendString writes s with JCS's escapes: quote, backslash, and control
 // characters (short forms where JSON has them, else \u00xx); all else as is.
-func appendString(out []byte, s string) []byte {
+func AppendString(out []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {
