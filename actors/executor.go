@@ -165,7 +165,9 @@ func (e *executor) drain(ctx context.Context) {
 func (e *executor) run(ctx context.Context, j *job) {
 	start := time.Now()
 	d := e.execute(ctx, j)
-	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(time.Since(start).Microseconds())/1000
+	took := time.Since(start)
+	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
+	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
 	e.mu.Lock()
 	delete(e.cancels, jobKey(j.RunID, j.SeqID))
 	e.mu.Unlock()

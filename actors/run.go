@@ -315,6 +315,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 	if err != nil {
 		return nil, err
 	}
+	g.sys.cfg.Metrics.Accepted(kind)
 	g.queue = append(g.queue, op.SeqID)
 	return op, nil
 }

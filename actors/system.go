@@ -21,6 +21,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
@@ -44,6 +45,8 @@ type Config struct {
 	SnapshotEvery time.Duration
 	// Now is the clock (tests move it); nil is time.Now.
 	Now func() time.Time
+	// Metrics are the node's collectors; nil makes a fresh set.
+	Metrics *telemetry.Metrics
 }
 
 // System is one node: the actor system, its single-member cluster, the
@@ -69,6 +72,9 @@ func Start(cfg Config) (*System, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = telemetry.New()
+	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = time.Minute
 	}
@@ -76,6 +82,7 @@ func Start(cfg Config) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.OnCommit(cfg.Metrics.Commit)
 	s := &System{cfg: cfg, log: cfg.Log, store: st, stop: make(chan struct{})}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
@@ -100,6 +107,9 @@ func Start(cfg Config) (*System, error) {
 
 // Store is the node's store (the HTTP layer reads keys from it).
 func (s *System) Store() *persistence.Store { return s.store }
+
+// Telemetry is the node's Prometheus collectors.
+func (s *System) Telemetry() *telemetry.Metrics { return s.cfg.Metrics }
 
 // Registry is the node's providers.
 func (s *System) Registry() *providers.Registry { return s.cfg.Registry }

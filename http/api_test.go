@@ -82,6 +82,12 @@ func TestTrainingFlow(t *testing.T) {
 	}
 	hb := n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "hb1"})
 	n.want(hb, 200, "")
+	n.checkPrometheus(map[string]float64{
+		`wts_http_requests_total{method="POST",route="/v1/training/runs/{run_id}/operations",status="202"}`: 5,
+		`wts_operations_accepted_total{kind="forward_backward"}`:                                            2,
+		`wts_operations_executed_total{kind="optim_step",status="succeeded"}`:                               2,
+		`wts_operation_execution_seconds_count{kind="forward"}`:                                             1,
+	}, "wts_store_commits_total", "wts_store_commit_duration_seconds_bucket", "go_goroutines")
 
 	// Finish: the run ends after its queued work; nothing more is taken.
 	f := n.do("POST", v1+"/runs/"+rid+"/finish", key, map[string]any{"request_id": "fin"})

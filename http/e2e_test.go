@@ -278,3 +278,36 @@ func (n *node) poll(key, id string) *reply {
 	n.t.Fatalf("operation %s did not end", id)
 	return nil
 }
+
+// checkPrometheus reads /metrics (no key needed) and checks the samples in
+// want exactly and that the named series are present.
+func (n *node) checkPrometheus(want map[string]float64, present ...string) {
+	n.t.Helper()
+	resp, err := http.Get(n.base + "/metrics")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		n.t.Fatalf("/metrics: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	got := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			var v float64
+			fmt.Sscan(line[i+1:], &v)
+			got[line[:i]] = v
+		}
+	}
+	for series, v := range want {
+		if got[series] != v {
+			n.t.Errorf("%s = %v, want %v", series, got[series], v)
+		}
+	}
+	for _, name := range present {
+		if !strings.Contains(string(raw), "\n"+name) {
+			n.t.Errorf("/metrics has no %s", name)
+		}
+	}
+}

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/router"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/payload"
@@ -98,6 +100,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r := router.New()
 	r.RedirectTrailingSlash, r.RedirectFixedPath = false, false
 	r.HandleOPTIONS = false
+	r.SaveMatchedRoutePath = true // the route label of the request metrics
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
 		fail(ctx, actors.CodeNotFound, fmt.Sprintf("no endpoint %s %s", ctx.Method(), ctx.Path()))
 	}
@@ -123,6 +126,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
+	r.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(s.sys.Telemetry().Registry, promhttp.HandlerOpts{})))
 	return s.logged(r.Handler)
 }
 
@@ -146,9 +150,25 @@ func (s *Server) logged(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		} else {
 			next(ctx)
 		}
+		took := time.Since(start)
+		route, _ := ctx.UserValue(router.MatchedRoutePathParam).(string)
+		if route == "" {
+			route = "unmatched" // one label for every unknown path, however many there are
+		}
+		s.sys.Telemetry().Request(route, methodLabel(ctx), ctx.Response.StatusCode(), took)
 		s.log.Info("request", "request_id", id, "method", string(ctx.Method()), "path", string(ctx.Path()),
-			"status", ctx.Response.StatusCode(), "ms", float64(time.Since(start).Microseconds())/1000)
+			"status", ctx.Response.StatusCode(), "ms", float64(took.Microseconds())/1000)
 	}
+}
+
+// methodLabel is the request's method, or "other" for one outside HTTP's
+// usual set, so that a client cannot grow the metrics without bound.
+func methodLabel(ctx *fasthttp.RequestCtx) string {
+	switch m := string(ctx.Method()); m {
+	case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS":
+		return m
+	}
+	return "other"
 }
 
 type requestIDKey struct{}

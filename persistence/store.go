@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -43,12 +44,17 @@ const maxBatch = 512
 
 // Store is the bbolt file with its group committer.
 type Store struct {
-	db     *bolt.DB
-	queue  chan *write
-	done   chan struct{}
-	mu     sync.RWMutex // held shared by writers, exclusively by Close
-	closed bool
+	db       *bolt.DB
+	queue    chan *write
+	done     chan struct{}
+	mu       sync.RWMutex // held shared by writers, exclusively by Close
+	closed   bool
+	onCommit atomic.Pointer[func(writes int, took time.Duration)]
 }
+
+// OnCommit sets fn to be told of every group commit: how many writes it
+// carried and how long it took, fsync included.
+func (s *Store) OnCommit(fn func(writes int, took time.Duration)) { s.onCommit.Store(&fn) }
 
 type write struct {
 	fn  func(*Tx) error
@@ -156,6 +162,7 @@ func (e *itemError) Error() string { return e.err.Error() }
 // commit writes a batch in one transaction. A function that fails gets its
 // error and the rest are committed again without it.
 func (s *Store) commit(batch []*write) {
+	start := time.Now()
 	for len(batch) > 0 {
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			t := &Tx{tx: tx}
@@ -171,6 +178,9 @@ func (s *Store) commit(batch []*write) {
 			batch[ie.i].err <- ie.err
 			batch = append(batch[:ie.i], batch[ie.i+1:]...)
 			continue
+		}
+		if fn := s.onCommit.Load(); fn != nil && err == nil {
+			(*fn)(len(batch), time.Since(start))
 		}
 		for _, w := range batch {
 			w.err <- err
