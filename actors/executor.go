@@ -191,11 +191,11 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 		}
 	})
-	res, metrics, err := apply(ctx, ts.tr, j.Kind, j.Payload)
+	res, metrics, tokens, err := apply(ctx, ts.tr, j.Kind, j.Payload)
 	if err != nil {
 		return failure(ctx, err)
 	}
-	d := &done{Status: OpSucceeded, Metrics: metrics, Steps: int64(ts.tr.Steps())}
+	d := &done{Status: OpSucceeded, Metrics: metrics, Tokens: tokens, Steps: int64(ts.tr.Steps())}
 	if d.Result, err = json.Marshal(res); err != nil {
 		return failure(ctx, fmt.Errorf("encode result: %w", err))
 	}
@@ -240,12 +240,13 @@ type optimResult struct {
 	Metrics map[string]float64 `json:"metrics"`
 }
 
-// apply runs one operation on a trainer. It returns the result object and,
-// for operations that leave a step record, the record's values.
-func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMessage) (any, map[string]float64, error) {
+// apply runs one operation on a trainer. It returns the result object, the
+// step record's values for operations that leave one, and the token
+// positions the model processed.
+func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMessage) (any, map[string]float64, int64, error) {
 	p, err := payload.Parse(kind, raw)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	switch p := p.(type) {
 	case *payload.Batch:
@@ -255,14 +256,15 @@ func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMess
 		}
 		out, err := run(ctx, p.Datums(), p.LossFn, p.LossFnConfig)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
+		tokens := int64(out.Metrics["tokens:sum"])
 		res := forwardResult{LossFnOutputs: make([]lossOutput, len(out.Losses)), Metrics: out.Metrics}
 		for i := range out.Losses {
 			res.LossFnOutputs[i] = lossOutput{Logprobs: out.Logprobs[i], Loss: out.Losses[i]}
 		}
 		if kind == payload.Forward {
-			return res, nil, nil
+			return res, nil, tokens, nil
 		}
 		values := make(map[string]float64, len(out.Metrics)+1)
 		for k, v := range out.Metrics {
@@ -271,20 +273,20 @@ func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMess
 		if n := out.Metrics["tokens:sum"]; n > 0 {
 			values["loss:mean"] = out.Metrics["loss:sum"] / n
 		}
-		return res, values, nil
+		return res, values, tokens, nil
 	case *payload.Step:
 		m, err := tr.OptimStep(p.Params())
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		clipped := 0.0
 		if m.Clipped {
 			clipped = 1
 		}
 		values := map[string]float64{"grad_norm": m.GradNorm, "learning_rate": m.LR, "step": float64(m.Step), "clipped": clipped}
-		return optimResult{Metrics: values}, values, nil
+		return optimResult{Metrics: values}, values, 0, nil
 	}
-	return nil, nil, fmt.Errorf("executor: no engine primitive for %s", kind)
+	return nil, nil, 0, fmt.Errorf("executor: no engine primitive for %s", kind)
 }
 
 // trainer returns the run's trainer at the job's state. When this node does
@@ -334,7 +336,7 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return nil, fmt.Errorf("read operations to replay: %w", err)
 	}
 	for _, op := range replay {
-		res, _, err := apply(ctx, ts.tr, op.Kind, op.Payload)
+		res, _, _, err := apply(ctx, ts.tr, op.Kind, op.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
 		}

@@ -162,6 +162,11 @@ func (g *runGrain) activate() error {
 		if err != nil {
 			return err
 		}
+		if Terminal(RunMoves, r.Status) {
+			if err := settleUsage(tx, r.ID, now); err != nil {
+				return err
+			}
+		}
 		r.UpdatedAt = now
 		g.run = r
 		return tx.Put(persistence.Runs, []byte(r.ID), r)
@@ -203,6 +208,11 @@ func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) 
 		r := *g.run
 		if err := fn(tx, &r); err != nil {
 			return err
+		}
+		if Terminal(RunMoves, r.Status) && !Terminal(RunMoves, g.run.Status) {
+			if err := settleUsage(tx, r.ID, g.sys.now()); err != nil {
+				return err
+			}
 		}
 		r.UpdatedAt = g.sys.now()
 		next = &r
@@ -524,6 +534,7 @@ type done struct {
 	Message     string
 	Result      json.RawMessage
 	Metrics     map[string]float64 // the step record's values, for fwd-bwd and optim_step
+	Tokens      int64              // token positions the model processed
 	Steps       int64
 	DurationMS  float64
 	SnapshotSeq int64 // a snapshot was taken after this operation
@@ -556,6 +567,9 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			if err := move(RunMoves, &r.Status, RunPoisoned); err != nil {
 				return err
 			}
+		}
+		if err := recordUsage(tx, op, d, now); err != nil {
+			return err
 		}
 		if d.Metrics != nil {
 			m := persistence.Metric{SeqID: d.SeqID, Kind: op.Kind, Step: r.Steps, Values: d.Metrics, DurationMS: d.DurationMS, CreatedAt: now}

@@ -82,6 +82,7 @@ func TestTrainingFlow(t *testing.T) {
 	}
 	hb := n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "hb1"})
 	n.want(hb, 200, "")
+	n.checkUsage(sid, key, false)
 	n.checkPrometheus(map[string]float64{
 		`wts_http_requests_total{method="POST",route="/v1/training/runs/{run_id}/operations",status="202"}`: 5,
 		`wts_operations_accepted_total{kind="forward_backward"}`:                                            2,
@@ -103,6 +104,7 @@ func TestTrainingFlow(t *testing.T) {
 		t.Fatalf("run after finish: %s", s)
 	}
 	n.want(n.do("POST", v1+"/runs/"+rid+"/operations", key, op(7, "late", "forward", batch(1, 4, 1))), 409, "run_not_accepting")
+	n.checkUsage(sid, key, true)
 
 	c := n.do("POST", v1+"/sessions/"+sid+"/close", key, map[string]any{"request_id": "close"})
 	n.want(c, 200, "")
@@ -417,5 +419,50 @@ func TestMsgpack(t *testing.T) {
 		if r.Status != 200 || r.Type != want {
 			t.Errorf("Accept %q answered %d %s, want %s", accept, r.Status, r.Type, want)
 		}
+	}
+}
+
+// checkUsage holds the flow's usage to the price list: per operation a
+// token component (2 sequences of 9 for each fwd-bwd and the forward) and a
+// device-time component; provider_a's device time stays pending (and the
+// total is cost_pending) until the run has ended.
+func (n *node) checkUsage(sid, key string, ended bool) {
+	n.t.Helper()
+	u := n.do("GET", v1+"/sessions/"+sid+"/usage", key, nil)
+	n.want(u, 200, "")
+	cost := n.do("GET", v1+"/sessions/"+sid+"/cost", key, nil)
+	n.want(cost, 200, "")
+	prices := map[string]float64{"train_tokens": 1_000_000, "forward_tokens": 300_000, "device_ms": 555_555}
+	tokens := map[string]float64{}
+	var sum float64
+	pending := false
+	for _, it := range u.Body["items"].([]any) {
+		c := it.(map[string]any)
+		m, q := c["meter"].(string), c["quantity"].(float64)
+		if want := float64(int64((q*prices[m] + 999_999) / 1_000_000)); c["cost_microusd"].(float64) != want || c["provider"] != "provider_a" || c["session_id"] != sid {
+			n.t.Errorf("component %v: cost want %v", c, want)
+		}
+		if m == "device_ms" {
+			pending = pending || c["settlement_status"] == "pending"
+			if (c["settlement_status"] == "pending") == ended || (c["settled_at"] == nil) != !ended {
+				n.t.Errorf("device time settlement, run ended %v: %v", ended, c)
+			}
+		} else {
+			tokens[m] += q
+		}
+		sum += c["cost_microusd"].(float64)
+	}
+	if tokens["train_tokens"] != 36 || tokens["forward_tokens"] != 18 {
+		n.t.Errorf("token usage %v, want 36 train and 18 forward", tokens)
+	}
+	if cost.Body["estimated_max_microusd"].(float64) != sum || len(cost.Body["components"].([]any)) != len(u.Body["items"].([]any)) {
+		n.t.Errorf("cost %s does not add up to %v", cost.Raw, sum)
+	}
+	wantTotal, wantStatus := any(sum), "settled"
+	if pending {
+		wantTotal, wantStatus = "cost_pending", "pending"
+	}
+	if cost.Body["total_microusd"] != wantTotal || cost.Body["settlement_status"] != wantStatus {
+		n.t.Errorf("cost: %s", cost.Raw)
 	}
 }

@@ -242,3 +242,16 @@ func (s *Server) metrics(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	write(ctx, fasthttp.StatusOK, metricsPage{Items: p.Items, Summary: sum, NextAfterSeq: p.NextAfterSeq})
 	return nil
 }
+
+type usagePage struct {
+	Items []persistence.Usage `json:"items"`
+}
+
+// usage lists a session's usage components.
+func (s *Server) usage(t persistence.Tenant, sessionID string) (*usagePage, error) {
+	items, err := s.sys.Usage(t, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return &usagePage{Items: items}, nil
+}

@@ -117,6 +117,8 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.POST(v1+"/sessions/{session_id}/heartbeat", s.api(s.sessionAction(s.sys.Heartbeat)))
 	r.POST(v1+"/sessions/{session_id}/close", s.api(s.sessionAction(s.sys.CloseSession)))
 	r.POST(v1+"/sessions/{session_id}/runs", s.api(s.createRun))
+	r.GET(v1+"/sessions/{session_id}/usage", s.api(byID("session_id", actors.SessionPrefix, "session", s.usage)))
+	r.GET(v1+"/sessions/{session_id}/cost", s.api(byID("session_id", actors.SessionPrefix, "session", s.sys.Cost)))
 	r.GET(v1+"/runs/{run_id}", s.api(byID("run_id", actors.RunPrefix, "run", s.sys.GetRun)))
 	r.POST(v1+"/runs/{run_id}/operations", s.api(s.submit))
 	r.GET(v1+"/runs/{run_id}/operations", s.api(s.listOperations))

@@ -117,6 +117,27 @@ type Metric struct {
 	CreatedAt  time.Time          `msgpack:"created_at" json:"created_at"`
 }
 
+// Usage is one usage component: what one operation used of one meter, and
+// its cost at the session's price list.
+type Usage struct {
+	SessionID        string     `msgpack:"session_id" json:"session_id"`
+	RunID            string     `msgpack:"run_id" json:"run_id"`
+	OperationID      string     `msgpack:"operation_id" json:"operation_id"`
+	Provider         string     `msgpack:"provider" json:"provider"`
+	Meter            string     `msgpack:"meter" json:"meter"`
+	Quantity         int64      `msgpack:"quantity" json:"quantity"`
+	Unit             string     `msgpack:"unit" json:"unit"`
+	CostMicroUSD     int64      `msgpack:"cost_microusd" json:"cost_microusd"`
+	SettlementStatus string     `msgpack:"settlement_status" json:"settlement_status"`
+	ObservedAt       time.Time  `msgpack:"observed_at" json:"observed_at"`
+	SettledAt        *time.Time `msgpack:"settled_at" json:"settled_at"`
+}
+
+// UsageKey is the key of the usage component of meter for operation seq.
+func UsageKey(runID string, seq int64, meter string) []byte {
+	return append(SeqKey(runID, seq), meter...)
+}
+
 // SeqKey is the key of a run's record with sequence number seq: the run id
 // then seq big-endian, so keys sort in seq order.
 func SeqKey(runID string, seq int64) []byte {

@@ -31,9 +31,10 @@ const (
 	Idem     Bucket = "idem"     // run id + 0 + idempotency key → seq
 	Requests Bucket = "requests" // request_id scope → resource id
 	Metrics  Bucket = "metrics"  // run id + seq → Metric
+	Usages   Bucket = "usage"    // run id + seq + meter → Usage
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, OpIndex, Idem, Requests, Metrics}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, OpIndex, Idem, Requests, Metrics, Usages}
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")

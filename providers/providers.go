@@ -41,13 +41,6 @@ type Profile struct {
 	MaxSeqLen   int      `json:"max_seq_len"`
 }
 
-// Billing is a capability row's price list, in integer micro-USD.
-type Billing struct {
-	Currency string            `json:"currency"`
-	Prices   map[string]int64  `json:"prices_microusd"` // meter → micro-USD per unit
-	Units    map[string]string `json:"units"`
-}
-
 // Capability is a provider's capability row, as the API returns it.
 type Capability struct {
 	Provider          string             `json:"provider"`
@@ -105,11 +98,7 @@ func NewRegistry(c *Catalog) *Registry {
 			ResourceProfiles: map[string]Profile{DefaultProfile: {
 				Device: "cpu", TuningModes: []string{"lora"}, MaxLoRARank: lora.MaxRank, MaxSeqLen: maxSeq,
 			}},
-			BillingSnapshot: Billing{
-				Currency: "USD",
-				Prices:   map[string]int64{"train_tokens": 1, "sample_tokens": 1, "prompt_tokens": 1},
-				Units:    map[string]string{"train_tokens": "token", "sample_tokens": "token", "prompt_tokens": "token"},
-			},
+			BillingSnapshot:   PriceList(p),
 		}
 	}
 	return r

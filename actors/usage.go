@@ -1,0 +1,134 @@
+package actors
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
+)
+
+// recordUsage writes the usage components of an executed operation, priced
+// at the session's billing snapshot (the prices the session was created
+// under, whatever the list says now).
+func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, now time.Time) error {
+	readings := providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999))
+	if len(readings) == 0 {
+		return nil
+	}
+	var ss persistence.Session
+	if _, err := tx.Get(persistence.Sessions, []byte(op.SessionID), &ss); err != nil {
+		return err
+	}
+	var capability struct {
+		Billing providers.Billing `json:"billing_snapshot"`
+	}
+	if err := json.Unmarshal(ss.CapabilitySnapshot, &capability); err != nil {
+		return fmt.Errorf("session %s billing snapshot: %w", ss.ID, err)
+	}
+	for _, rd := range readings {
+		u := persistence.Usage{
+			SessionID: op.SessionID, RunID: op.RunID, OperationID: op.ID, Provider: ss.Provider,
+			Meter: rd.Meter, Quantity: rd.Quantity, Unit: capability.Billing.Units[rd.Meter],
+			CostMicroUSD: capability.Billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
+		}
+		if providers.SettlesAtRelease(ss.Provider, rd.Meter) {
+			u.SettlementStatus = providers.Pending
+		} else {
+			u.SettledAt = &now
+		}
+		if err := tx.Put(persistence.Usages, persistence.UsageKey(op.RunID, op.SeqID, rd.Meter), &u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleUsage settles a run's pending components: it ran in a write that
+// ended the run, so its trainer is released and the provider has billed it.
+func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
+	var pending [][]byte
+	var records []persistence.Usage
+	err := tx.Scan(persistence.Usages, []byte(runID), nil, func(k, raw []byte) (bool, error) {
+		var u persistence.Usage
+		if err := persistence.Decode(raw, &u); err != nil {
+			return false, err
+		}
+		if u.SettlementStatus == providers.Pending {
+			pending = append(pending, append([]byte(nil), k...))
+			records = append(records, u)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range records {
+		records[i].SettlementStatus, records[i].SettledAt = providers.Settled, &now
+		if err := tx.Put(persistence.Usages, pending[i], &records[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Usage lists a session's usage components in operation order.
+func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Usage, error) {
+	ss, err := s.GetSession(t, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	items := []persistence.Usage{}
+	if ss.RunID == "" {
+		return items, nil
+	}
+	err = s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Usages, []byte(ss.RunID), nil, func(_, raw []byte) (bool, error) {
+			var u persistence.Usage
+			if err := persistence.Decode(raw, &u); err != nil {
+				return false, err
+			}
+			items = append(items, u)
+			return true, nil
+		})
+	})
+	return items, err
+}
+
+// CostPending is what total_microusd says while any component is pending:
+// the spec's literal, rather than a total that could still change.
+const CostPending = "cost_pending"
+
+// Cost is a session's cost status.
+type Cost struct {
+	SessionID string `json:"session_id"`
+	// EstimatedMaxMicroUSD is every component at its list price, pending
+	// ones included: settlement never bills above the list price, so the
+	// final total is at most this.
+	EstimatedMaxMicroUSD int64               `json:"estimated_max_microusd"`
+	SettlementStatus     string              `json:"settlement_status"`
+	TotalMicroUSD        any                 `json:"total_microusd"` // int64, or CostPending
+	Components           []persistence.Usage `json:"components"`
+}
+
+// Cost sums a session's usage: a total once every component is settled,
+// CostPending before.
+func (s *System) Cost(t persistence.Tenant, sessionID string) (*Cost, error) {
+	items, err := s.Usage(t, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cost{SessionID: sessionID, SettlementStatus: providers.Settled, Components: items}
+	for _, u := range items {
+		c.EstimatedMaxMicroUSD += u.CostMicroUSD
+		if u.SettlementStatus == providers.Pending {
+			c.SettlementStatus = providers.Pending
+		}
+	}
+	c.TotalMicroUSD = c.EstimatedMaxMicroUSD
+	if c.SettlementStatus == providers.Pending {
+		c.TotalMicroUSD = CostPending
+	}
+	return c, nil
+}
