@@ -1,20 +1,27 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt bench-gemm bench-engine run golden proto
+.PHONY: build test vet fmt lint-openapi bench-gemm bench-engine bench-api run golden proto
 
 build:
 	$(GO) build ./...
 
 # The whole default suite: vet, then every package's tests. Long fuzz, soak
 # and benchmark runs live behind their own targets.
-test: vet
+test: vet lint-openapi
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
 
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+# Lints the served OpenAPI document with Redocly's CLI (pinned in
+# .ci/openapi/package-lock.json; needs node and npm).
+lint-openapi:
+	mkdir -p build
+	$(GO) run ./cmd/wts openapi > build/openapi.json
+	cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error && npx redocly lint --config redocly.yaml ../../build/openapi.json
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

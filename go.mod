@@ -7,6 +7,7 @@ require (
 	github.com/fasthttp/router v1.5.4
 	github.com/goccy/go-json v0.10.5
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/valyala/fasthttp v1.74.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	go.etcd.io/bbolt v1.5.0

@@ -190,6 +190,9 @@ func (n *node) do(method, path, key string, body any, headers ...string) *reply 
 		raw, _ = json.Marshal(v)
 	}
 	r := &reply{Status: resp.StatusCode, Raw: raw, Type: resp.Header.Get("Content-Type")}
+	if err := checkContract(method, path, r.Status, raw); err != nil {
+		n.t.Errorf("%s %s answered %d outside the OpenAPI document: %v\n%s", method, path, r.Status, err, raw)
+	}
 	if err := json.Unmarshal(raw, &r.Body); err != nil {
 		n.t.Fatalf("%s %s: body is not a JSON object: %q", method, path, raw)
 	}

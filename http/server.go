@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,8 @@ type Server struct {
 	maxBody  int
 	srv      *fasthttp.Server
 	draining atomic.Bool
+	// prometheus serves the node's registry in the Prometheus text format.
+	prometheus fasthttp.RequestHandler
 }
 
 // New builds the server over a started node.
@@ -54,7 +57,8 @@ func New(sys *actors.System, cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody}
+	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody,
+		prometheus: fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(sys.Telemetry().Registry, promhttp.HandlerOpts{}))}
 	s.srv = &fasthttp.Server{
 		Handler:            s.routes(),
 		Name:               "wts",
@@ -96,7 +100,11 @@ func (s *Server) transportError(ctx *fasthttp.RequestCtx, err error) {
 // authed is a handler of an authenticated endpoint.
 type authed func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 
-func (s *Server) routes() fasthttp.RequestHandler {
+func (s *Server) routes() fasthttp.RequestHandler { return s.logged(s.router().Handler) }
+
+// router maps every endpoint to its handler; the OpenAPI document lists
+// exactly these (a test holds the two together).
+func (s *Server) router() *router.Router {
 	r := router.New()
 	r.RedirectTrailingSlash, r.RedirectFixedPath = false, false
 	r.HandleOPTIONS = false
@@ -128,8 +136,9 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
-	r.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(s.sys.Telemetry().Registry, promhttp.HandlerOpts{})))
-	return s.logged(r.Handler)
+	r.GET("/metrics", func(ctx *fasthttp.RequestCtx) { s.prometheus(ctx) })
+	r.GET("/v1/openapi.json", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, json.RawMessage(OpenAPI())) })
+	return r
 }
 
 // logged assigns the request id, refuses requests while draining, and logs

@@ -5,12 +5,15 @@
 //	wts sample --model DIR --prompt 1,2,3 [--max-tokens N --temperature T ...]
 //	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
 //	wts keys create --org NAME [--live] [--data DIR]
+//	wts openapi
 package main
 
 import (
 	"fmt"
 	"log/slog"
 	"os"
+
+	httpapi "github.com/wts-project/wts/http"
 )
 
 func main() {
@@ -23,7 +26,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <serve|keys|model|sample> ...")
+		return fmt.Errorf("usage: wts <serve|keys|model|sample|openapi> ...")
 	}
 	switch args[0] {
 	case "model":
@@ -34,7 +37,10 @@ func run(args []string) error {
 		return serveCmd(args[1:])
 	case "keys":
 		return keysCmd(args[1:])
+	case "openapi":
+		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
+		return err
 	default:
-		return fmt.Errorf("unknown command %q (want serve, keys, model or sample)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, model, sample or openapi)", args[0])
 	}
 }
