@@ -44,6 +44,13 @@ run: build
 proto:
 	cd actors/wire && protoc --go_out=. --go_opt=paths=source_relative wire.proto
 
+# API benchmark: durable submissions/s and submit latency p50/p99 at 1, 16
+# and 64 clients against a real `wts serve`, beside a bare fasthttp handler
+# measured in the same run.
+bench-api: build
+	$(GO) build -o bin/wts ./cmd/wts
+	$(GO) run ./bench/apibench --wts bin/wts
+
 # Engine benchmarks: GEMM beside its peer shapes, then training and decode
 # throughput on the small model and on the Qwen3-0.6B shape.
 bench-engine:

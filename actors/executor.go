@@ -183,7 +183,7 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 	if err != nil {
 		return failure(ctx, err)
 	}
-	var last time.Time
+	last := time.Now() // the first report after progressEvery: short work writes none
 	ctx = train.WithProgress(ctx, func(doneTokens, total int) {
 		if now := time.Now(); now.Sub(last) >= progressEvery {
 			last = now

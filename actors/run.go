@@ -85,9 +85,10 @@ type runGrain struct {
 	sys       *System
 	id        string
 	run       *persistence.Run
-	err       error   // activation failure, answered to every call
-	queue     []int64 // accepted operations not started, in seq order
-	executing int64   // the operation on the executor, 0 if none
+	err       error      // activation failure, answered to every call
+	queue     []int64    // accepted operations not started, in seq order
+	executing int64      // the operation on the executor, 0 if none
+	priceList *priceList // the session's billing snapshot, read once
 }
 
 func (g *runGrain) Receive(ctx actor.Context) {
@@ -279,6 +280,12 @@ func (g *runGrain) submit(_ actor.Context, body []byte) (any, error) {
 	return handle(op, true), nil
 }
 
+// leaseWriteEvery is the least extension an accepted operation writes to
+// its session's lease: a lease is minutes long, and rewriting the session
+// record on every submission of a busy run would cost a write per operation
+// for a few milliseconds of lease.
+const leaseWriteEvery = time.Second
+
 // accept writes a new operation at the run's next seq_id, with its
 // idempotency entry, and extends the session's lease (an operation is
 // activity). Nothing is acknowledged before this is on disk.
@@ -294,9 +301,11 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 			if ss.Status != SessionReady || now.After(ss.LeaseExpiresAt) {
 				return refuse(CodeSessionNotReady, "session %s is %s (lease until %s)", ss.ID, ss.Status, ss.LeaseExpiresAt.Format(time.RFC3339))
 			}
-			ss.LeaseExpiresAt = now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
-			if err := tx.Put(persistence.Sessions, []byte(ss.ID), &ss); err != nil {
-				return err
+			if lease := now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second); lease.Sub(ss.LeaseExpiresAt) >= leaseWriteEvery {
+				ss.LeaseExpiresAt = lease
+				if err := tx.Put(persistence.Sessions, []byte(ss.ID), &ss); err != nil {
+					return err
+				}
 			}
 		}
 		op = &persistence.Operation{
@@ -548,6 +557,10 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 	if d.Epoch != g.run.Epoch || d.SeqID != g.executing {
 		return nil, nil // for an older activation, which recovery has settled
 	}
+	prices, err := g.prices()
+	if err != nil {
+		return nil, err
+	}
 	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		op := new(persistence.Operation)
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
@@ -568,7 +581,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 				return err
 			}
 		}
-		if err := recordUsage(tx, op, d, now); err != nil {
+		if err := recordUsage(tx, op, d, prices, now); err != nil {
 			return err
 		}
 		if d.Metrics != nil {

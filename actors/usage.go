@@ -9,31 +9,42 @@ import (
 	"github.com/wts-project/wts/providers"
 )
 
-// recordUsage writes the usage components of an executed operation, priced
-// at the session's billing snapshot (the prices the session was created
-// under, whatever the list says now).
-func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, now time.Time) error {
-	readings := providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999))
-	if len(readings) == 0 {
-		return nil
+// priceList is the provider and billing snapshot of a run's session: the
+// prices the session was created under, whatever the list says now.
+type priceList struct {
+	provider string
+	billing  providers.Billing
+}
+
+// prices reads the run's price list once per activation (the snapshot is
+// immutable).
+func (g *runGrain) prices() (*priceList, error) {
+	if g.priceList != nil {
+		return g.priceList, nil
 	}
-	var ss persistence.Session
-	if _, err := tx.Get(persistence.Sessions, []byte(op.SessionID), &ss); err != nil {
-		return err
+	ss, err := g.sys.GetSession(g.run.Tenant, g.run.SessionID)
+	if err != nil {
+		return nil, err
 	}
 	var capability struct {
 		Billing providers.Billing `json:"billing_snapshot"`
 	}
 	if err := json.Unmarshal(ss.CapabilitySnapshot, &capability); err != nil {
-		return fmt.Errorf("session %s billing snapshot: %w", ss.ID, err)
+		return nil, fmt.Errorf("session %s billing snapshot: %w", ss.ID, err)
 	}
-	for _, rd := range readings {
+	g.priceList = &priceList{ss.Provider, capability.Billing}
+	return g.priceList, nil
+}
+
+// recordUsage writes the usage components of an executed operation.
+func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, p *priceList, now time.Time) error {
+	for _, rd := range providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		u := persistence.Usage{
-			SessionID: op.SessionID, RunID: op.RunID, OperationID: op.ID, Provider: ss.Provider,
-			Meter: rd.Meter, Quantity: rd.Quantity, Unit: capability.Billing.Units[rd.Meter],
-			CostMicroUSD: capability.Billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
+			SessionID: op.SessionID, RunID: op.RunID, OperationID: op.ID, Provider: p.provider,
+			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
+			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
 		}
-		if providers.SettlesAtRelease(ss.Provider, rd.Meter) {
+		if providers.SettlesAtRelease(p.provider, rd.Meter) {
 			u.SettlementStatus = providers.Pending
 		} else {
 			u.SettledAt = &now

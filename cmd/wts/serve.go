@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -50,6 +52,7 @@ func serveCmd(args []string) error {
 	maxBody := fs.Int("max-body", httpapi.DefaultMaxBody, "largest request body in bytes")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long executing work may take to finish")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +86,15 @@ func serveCmd(args []string) error {
 	if err := firstKey(sys.Store()); err != nil {
 		sys.Stop(context.Background())
 		return err
+	}
+	if *debugAddr != "" {
+		dl, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			sys.Stop(context.Background())
+			return fmt.Errorf("--debug-addr: %w", err)
+		}
+		go http.Serve(dl, nil) // net/http/pprof registers on the default mux
+		log.Info("pprof", "addr", dl.Addr().String())
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
