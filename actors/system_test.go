@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +173,76 @@ func TestSeqAndIdempotency(t *testing.T) {
 	}
 	if _, err := s.GetRun(persistence.Tenant{Org: "other"}, run.ID); !errors.As(err, &e) || e.Code != CodeNotFound {
 		t.Fatalf("other tenant: %v", err)
+	}
+}
+
+// A session whose lease runs out is timed out by the sweeper, with its run;
+// a heartbeat or an accepted operation pushes the lease back first.
+func TestLeaseExpiry(t *testing.T) {
+	var offset atomic.Int64 // how far the test has moved the clock
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, err := Start(Config{DataDir: t.TempDir(), Registry: registry(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	ss, run := newRun(t, s)
+	ttl := time.Duration(ss.IdleTTLSeconds) * time.Second
+	status := func() (string, string) {
+		got, err := s.GetSession(tenant, ss.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.GetRun(tenant, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Status, r.Status
+	}
+
+	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
+	offset.Add(int64(ttl - 10*time.Second)) // within the lease the operation extended
+	s.expireSessions()
+	if st, _ := status(); st != SessionReady {
+		t.Fatalf("session %s before its lease ended", st)
+	}
+	if _, err := s.Heartbeat(tenant, ss.ID); err != nil {
+		t.Fatal(err)
+	}
+	offset.Add(int64(ttl - 10*time.Second)) // past the first lease, within the heartbeat's
+	s.expireSessions()
+	if st, _ := status(); st != SessionReady {
+		t.Fatalf("session %s: the heartbeat did not extend the lease", st)
+	}
+
+	offset.Add(int64(11 * time.Second))
+	sub := Submission{Tenant: tenant, RunID: run.ID, SeqID: 2, IdempotencyKey: "late", RequestHash: "h", Kind: "forward", Payload: batch(2)}
+	var e *Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSessionNotReady {
+		t.Fatalf("submission after the lease ended: %v", err)
+	}
+	s.expireSessions()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, rs := status()
+		if st == SessionTimedOut && rs == RunTimedOut {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the lease: session %s, run %s", st, rs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got, _ := s.GetSession(tenant, ss.ID)
+	if got.ErrorCode != CodeTimedOut {
+		t.Errorf("session error_code %q", got.ErrorCode)
+	}
+	if _, err := s.Heartbeat(tenant, ss.ID); !errors.As(err, &e) {
+		t.Errorf("heartbeat of a timed-out session: %v", err)
+	}
+	// The run ended, so provider_a's device time is billed: nothing pending.
+	c, err := s.Cost(tenant, ss.ID)
+	if err != nil || c.SettlementStatus != "settled" || c.TotalMicroUSD != c.EstimatedMaxMicroUSD || len(c.Components) != 2 {
+		t.Errorf("cost after the run timed out: %+v %v", c, err)
 	}
 }
