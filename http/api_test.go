@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,13 @@ func TestSequenceAndIdempotency(t *testing.T) {
 
 func TestTenancy(t *testing.T) {
 	n := newNode(t)
+	// A key made while the node runs (through its admin socket) works at once.
+	out, err := exec.Command(binary, "keys", "create", "--org", "late", "--data", n.data).Output()
+	if err != nil {
+		t.Fatalf("keys create on a running node: %v", err)
+	}
+	n.want(n.do("POST", v1+"/sessions", strings.TrimSpace(string(out)), map[string]any{"request_id": "late"}), 201, "")
+
 	sid, rid := n.session(n.keys["acme"], "mine")
 	opID := n.do("POST", v1+"/runs/"+rid+"/operations", n.keys["acme"], op(1, "a", "forward", batch(1, 4, 1))).str("id")
 	for _, key := range []string{n.keys["other"], n.keys["acme-live"]} {

@@ -96,6 +96,12 @@ func serveCmd(args []string) error {
 		go http.Serve(dl, nil) // net/http/pprof registers on the default mux
 		log.Info("pprof", "addr", dl.Addr().String())
 	}
+	if admin, err := listenAdmin(*data); err != nil {
+		log.Warn("no admin socket: keys can be created only while the node is stopped", "err", err)
+	} else {
+		defer admin.Close()
+		go httpapi.ServeAdmin(sys, admin)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		sys.Stop(context.Background())
@@ -122,6 +128,21 @@ func serveCmd(args []string) error {
 	sys.Stop(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// listenAdmin opens the admin socket in the data folder, owner-only. A
+// socket left by a node that died is removed first: the store's file lock,
+// which this node already holds, says no other node serves this folder.
+func listenAdmin(data string) (net.Listener, error) {
+	path := filepath.Join(data, httpapi.AdminSocket)
+	os.Remove(path)
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	return ln, nil
 }
 
 // firstKey prints a test key for a store that has none, so that a fresh
@@ -152,16 +173,21 @@ func keysCmd(args []string) error {
 	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
 	org := fs.String("org", "", "organization the key belongs to")
 	live := fs.Bool("live", false, "issue a svc_live_ key (default: svc_test_)")
-	data := fs.String("data", "./data", "data folder of the node (stop the node first: the store is locked while it runs)")
+	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if *org == "" {
 		return fmt.Errorf("keys create: --org is required")
 	}
+	// A running node holds the store: ask it through its admin socket.
+	if key, err := httpapi.RequestKey(filepath.Join(*data, httpapi.AdminSocket), httpapi.KeyRequest{Org: *org, Live: *live}); err == nil {
+		fmt.Println(key)
+		return nil
+	}
 	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
 	if err != nil {
-		return fmt.Errorf("keys create: %w (is the node running? stop it first)", err)
+		return fmt.Errorf("keys create: %w (no node answers on %s either)", err, filepath.Join(*data, httpapi.AdminSocket))
 	}
 	defer st.Close()
 	key, err := auth.Create(st, *org, *live, time.Now())
