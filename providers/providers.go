@@ -98,7 +98,7 @@ func NewRegistry(c *Catalog) *Registry {
 			ResourceProfiles: map[string]Profile{DefaultProfile: {
 				Device: "cpu", TuningModes: []string{"lora"}, MaxLoRARank: lora.MaxRank, MaxSeqLen: maxSeq,
 			}},
-			BillingSnapshot:   PriceList(p),
+			BillingSnapshot: PriceList(p),
 		}
 	}
 	return r
