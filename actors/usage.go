@@ -56,28 +56,36 @@ func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, p *pric
 	return nil
 }
 
-// settleUsage settles a run's pending components: it ran in a write that
-// ended the run, so its trainer is released and the provider has billed it.
-func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
-	var pending [][]byte
-	var records []persistence.Usage
-	err := tx.Scan(persistence.Usages, []byte(runID), nil, func(k, raw []byte) (bool, error) {
+// scanUsage calls fn on each of a run's usage components, in operation
+// order, with its key.
+func scanUsage(tx *persistence.Tx, runID string, fn func(key []byte, u *persistence.Usage)) error {
+	return tx.Scan(persistence.Usages, []byte(runID), nil, func(k, raw []byte) (bool, error) {
 		var u persistence.Usage
 		if err := persistence.Decode(raw, &u); err != nil {
 			return false, err
 		}
-		if u.SettlementStatus == providers.Pending {
-			pending = append(pending, append([]byte(nil), k...))
-			records = append(records, u)
-		}
+		fn(k, &u)
 		return true, nil
+	})
+}
+
+// settleUsage settles a run's pending components: it ran in a write that
+// ended the run, so its trainer is released and the provider has billed it.
+func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
+	var keys [][]byte
+	var pending []persistence.Usage
+	err := scanUsage(tx, runID, func(k []byte, u *persistence.Usage) {
+		if u.SettlementStatus == providers.Pending {
+			keys = append(keys, append([]byte(nil), k...)) // the cursor's key is not ours past the scan
+			pending = append(pending, *u)
+		}
 	})
 	if err != nil {
 		return err
 	}
-	for i := range records {
-		records[i].SettlementStatus, records[i].SettledAt = providers.Settled, &now
-		if err := tx.Put(persistence.Usages, pending[i], &records[i]); err != nil {
+	for i := range pending {
+		pending[i].SettlementStatus, pending[i].SettledAt = providers.Settled, &now
+		if err := tx.Put(persistence.Usages, keys[i], &pending[i]); err != nil {
 			return err
 		}
 	}
@@ -95,14 +103,7 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 		return items, nil
 	}
 	err = s.store.View(func(tx *persistence.Tx) error {
-		return tx.Scan(persistence.Usages, []byte(ss.RunID), nil, func(_, raw []byte) (bool, error) {
-			var u persistence.Usage
-			if err := persistence.Decode(raw, &u); err != nil {
-				return false, err
-			}
-			items = append(items, u)
-			return true, nil
-		})
+		return scanUsage(tx, ss.RunID, func(_ []byte, u *persistence.Usage) { items = append(items, *u) })
 	})
 	return items, err
 }

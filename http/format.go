@@ -68,16 +68,19 @@ func prefersMsgpack(accept string) bool {
 			}
 		}
 		switch mt {
-		case mimeJSON:
-			better(&js, q, 2)
-		case mimeMsgpack, "application/x-msgpack":
-			better(&mp, q, 2)
 		case "application/*":
 			better(&js, q, 1)
 			better(&mp, q, 1)
 		case "*/*":
 			better(&js, q, 0)
 			better(&mp, q, 0)
+		default:
+			switch bodyMedia[mt] { // the same names, aliases included, as a request body
+			case mimeJSON:
+				better(&js, q, 2)
+			case mimeMsgpack:
+				better(&mp, q, 2)
+			}
 		}
 	}
 	return mp.q > 0 && (mp.q > js.q || mp.q == js.q && mp.specificity > js.specificity)
