@@ -13,11 +13,11 @@ import (
 
 // get reads one record owned by tenant t; another tenant's record is "not
 // found", never "forbidden", so ids leak nothing.
-func get[T any](s *System, b persistence.Bucket, what, id string, t persistence.Tenant, owner func(*T) persistence.Tenant) (*T, error) {
+func get[T any](s *System, what, id string, t persistence.Tenant, read func(*persistence.Tx, string, *T) (bool, error), owner func(*T) persistence.Tenant) (*T, error) {
 	v := new(T)
 	var ok bool
 	err := s.store.View(func(tx *persistence.Tx) (err error) {
-		ok, err = tx.Get(b, []byte(id), v)
+		ok, err = read(tx, id, v)
 		return err
 	})
 	if err != nil {
@@ -31,21 +31,15 @@ func get[T any](s *System, b persistence.Bucket, what, id string, t persistence.
 
 // GetSession reads a session.
 func (s *System) GetSession(t persistence.Tenant, id string) (*persistence.Session, error) {
-	return get(s, persistence.Sessions, "session", id, t, func(v *persistence.Session) persistence.Tenant { return v.Tenant })
+	read := func(tx *persistence.Tx, id string, v *persistence.Session) (bool, error) {
+		return tx.Get(persistence.Sessions, []byte(id), v)
+	}
+	return get(s, "session", id, t, read, func(v *persistence.Session) persistence.Tenant { return v.Tenant })
 }
 
 // GetRun reads a run.
 func (s *System) GetRun(t persistence.Tenant, id string) (*persistence.Run, error) {
-	return get(s, persistence.Runs, "run", id, t, func(v *persistence.Run) persistence.Tenant { return v.Tenant })
-}
-
-// providerOf is the provider of a run's session.
-func (s *System) providerOf(r *persistence.Run) string {
-	ss, err := s.GetSession(r.Tenant, r.SessionID)
-	if err != nil {
-		return ""
-	}
-	return ss.Provider
+	return get(s, "run", id, t, persistence.GetRun, func(v *persistence.Run) persistence.Tenant { return v.Tenant })
 }
 
 // GetOperation reads an operation by id alone.

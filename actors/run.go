@@ -3,6 +3,7 @@ package actors
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -35,23 +36,56 @@ type Accepted struct {
 // Submit checks a submission against the run's model and capability, then
 // hands it to the run's grain, which accepts it durably.
 func (s *System) Submit(sub Submission) (*Accepted, error) {
-	run, err := s.GetRun(sub.Tenant, sub.RunID)
+	run, err := s.runFacts(sub.Tenant, sub.RunID)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(s.cfg.Registry.Row(s.providerOf(run)).Operations, sub.Kind) {
+	if !slices.Contains(s.cfg.Registry.Row(run.provider).Operations, sub.Kind) {
 		return nil, refuse(CodeUnsupported, "operation %s is not offered for this run", sub.Kind)
 	}
 	parsed, err := payload.Parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, err
 	}
-	m, _ := s.cfg.Registry.Catalog().Lookup(run.BaseModel)
+	m, _ := s.cfg.Registry.Catalog().Lookup(run.baseModel)
 	if err := payload.CheckModel(parsed, m.Config); err != nil {
 		return nil, engineRefusal(err)
 	}
 	var out Accepted
 	return &out, s.call(runKind, sub.RunID, "run.submit", sub, &out)
+}
+
+// runFacts is what a submission is checked against before it reaches the
+// run's grain; none of it ever changes for a run.
+type runFacts struct {
+	tenant    persistence.Tenant
+	provider  string
+	baseModel string
+}
+
+// runFacts reads a run's facts, from the store once and then from memory
+// while the run can take work: a busy run's submissions skip reading and
+// decoding its run and session records. ended forgets them.
+func (s *System) runFacts(t persistence.Tenant, runID string) (runFacts, error) {
+	if v, ok := s.facts.Load(runID); ok {
+		if f := v.(runFacts); f.tenant == t {
+			return f, nil
+		}
+		return runFacts{}, notFound("run", runID)
+	}
+	run, err := s.GetRun(t, runID)
+	if err != nil {
+		return runFacts{}, err
+	}
+	ss, err := s.GetSession(t, run.SessionID)
+	if err != nil {
+		return runFacts{}, err
+	}
+	f := runFacts{run.Tenant, ss.Provider, run.BaseModel}
+	if !Terminal(RunMoves, run.Status) {
+		s.facts.Store(runID, f)
+	}
+	return f, nil
 }
 
 // Control is a finish or cancel request on a run.
@@ -86,6 +120,7 @@ type runGrain struct {
 	id        string
 	run       *persistence.Run
 	err       error      // activation failure, answered to every call
+	epoch     uint64     // this activation's fence
 	queue     []int64    // accepted operations not started, in seq order
 	executing int64      // the operation on the executor, 0 if none
 	priceList *priceList // the session's billing snapshot, read once
@@ -139,10 +174,18 @@ func (g *runGrain) activate() error {
 			}
 			return err
 		}
-		r.Epoch++
+		var h persistence.Head
+		if _, err := tx.Get(persistence.Heads, []byte(g.id), &h); err != nil {
+			return err
+		}
+		h.Epoch++
+		if err := tx.Put(persistence.Heads, []byte(g.id), &h); err != nil {
+			return err
+		}
+		g.epoch, r.NextSeqID = h.Epoch, h.NextSeqID
 		g.queue = g.queue[:0]
 		now := g.sys.now()
-		err := g.scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
+		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
 			case op.Status == OpExecuting:
 				g.settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
@@ -175,7 +218,7 @@ func (g *runGrain) activate() error {
 }
 
 // scanOps calls fn on the run's operations after seq, in order.
-func (g *runGrain) scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
+func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
 	return tx.Scan(persistence.Ops, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 		op := new(persistence.Operation)
 		if err := persistence.Decode(raw, op); err != nil {
@@ -196,14 +239,18 @@ func (g *runGrain) settle(op *persistence.Operation, status, code, msg string, n
 
 // write commits fn's changes to a copy of the run record and, once durable,
 // makes the copy the grain's. fn may run more than once.
+//
+// The fence and next seq_id are the run's small Head record, so that the
+// check reads a few bytes rather than decoding the run, and the run record
+// is rewritten only when fn changed something else in it.
 func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) error {
 	var next *persistence.Run
 	err := g.sys.store.Update(func(tx *persistence.Tx) error {
-		var stored persistence.Run
-		if _, err := tx.Get(persistence.Runs, []byte(g.id), &stored); err != nil {
+		var h persistence.Head
+		if _, err := tx.Get(persistence.Heads, []byte(g.id), &h); err != nil {
 			return err
 		}
-		if stored.Epoch != g.run.Epoch {
+		if h.Epoch != g.epoch {
 			return errFenced
 		}
 		r := *g.run
@@ -215,14 +262,31 @@ func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) 
 				return err
 			}
 		}
-		r.UpdatedAt = g.sys.now()
 		next = &r
+		if r.NextSeqID != h.NextSeqID {
+			h.NextSeqID = r.NextSeqID
+			if err := tx.Put(persistence.Heads, []byte(r.ID), &h); err != nil {
+				return err
+			}
+		}
+		if !recordChanged(g.run, &r) {
+			return nil
+		}
+		r.UpdatedAt = g.sys.now()
 		return tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
 		g.run = next
 	}
 	return err
+}
+
+// recordChanged reports whether b differs from a in what the run record
+// holds (the next seq_id lives in the Head).
+func recordChanged(a, b *persistence.Run) bool {
+	c := *b
+	c.NextSeqID = a.NextSeqID
+	return !reflect.DeepEqual(a, &c)
 }
 
 // accepting refuses new operations on a run that takes none.
@@ -467,60 +531,81 @@ func (g *runGrain) stopWork(code, msg string) {
 
 // kick starts the next queued operation if none is executing.
 func (g *runGrain) kick() {
-	for g.err == nil && g.executing == 0 && len(g.queue) > 0 {
-		seq := g.queue[0]
-		var op persistence.Operation
-		err := g.sys.store.View(func(tx *persistence.Tx) error {
-			_, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), &op)
-			return err
-		})
-		if err != nil {
-			g.sys.log.Error("read queued operation", "run", g.id, "seq", seq, "err", err)
-			return
-		}
-		g.queue = g.queue[1:]
-		if op.Kind == payload.Finish || op.Kind == payload.Cancel {
-			g.complete(&op)
-			continue
-		}
-		err = g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
-			o := op
-			o.Status, o.UpdatedAt = OpExecuting, g.sys.now()
-			return tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), &o)
-		})
-		if err != nil {
-			g.sys.log.Error("start operation", "run", g.id, "seq", seq, "err", err)
-			g.queue = append([]int64{seq}, g.queue...)
-			return
-		}
-		g.executing = seq
-		g.sys.toExecutor("exec.job", &job{
-			RunID: g.id, Epoch: g.run.Epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload,
-			BaseModel: g.run.BaseModel, LoRA: g.run.LoRA, StateSeq: g.run.StateSeq, SnapshotSeq: g.run.SnapshotSeq,
-		})
+	if g.err != nil || g.executing != 0 || len(g.queue) == 0 {
+		return
 	}
-}
-
-// complete runs a finish or cancel operation, which reaches the head of the
-// queue once everything before it has ended.
-func (g *runGrain) complete(op *persistence.Operation) {
-	to := RunFinished
-	if op.Kind == payload.Cancel {
-		to = RunCancelled
-	}
+	var next advanced
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		o := *op
-		g.settle(&o, OpSucceeded, "", "", g.sys.now())
-		if r.Status == RunFinishing || r.Status == RunCancelRequested {
-			if err := move(RunMoves, &r.Status, to); err != nil {
-				return err
-			}
-		}
-		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, o.SeqID), &o)
+		var err error
+		next, err = g.advance(tx, r)
+		return err
 	})
 	if err != nil {
-		g.sys.log.Error("complete operation", "run", g.id, "kind", op.Kind, "err", err)
+		g.sys.log.Error("start operation", "run", g.id, "seq", g.queue[0], "err", err)
 		return
+	}
+	g.started(next)
+}
+
+// advanced is what advance did: how many queued operations it took, and the
+// job it marked executing (nil if none).
+type advanced struct {
+	taken int
+	job   *job
+}
+
+// advance works through the head of the queue inside a write, with nothing
+// executing: a finish or cancel there completes (everything before it has
+// ended), and the first other operation is marked executing. Doing this in
+// the transaction that recorded the previous operation's outcome gives a
+// busy run one commit per operation, not two. It reads the grain's queue
+// without changing it (the write may run it more than once); started
+// applies the outcome once the write is durable.
+func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, error) {
+	now := g.sys.now()
+	for i, seq := range g.queue {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
+			return advanced{}, err
+		}
+		var next *job
+		switch op.Kind {
+		case payload.Finish, payload.Cancel:
+			g.settle(op, OpSucceeded, "", "", now)
+			if r.Status == RunFinishing || r.Status == RunCancelRequested {
+				to := RunFinished
+				if op.Kind == payload.Cancel {
+					to = RunCancelled
+				}
+				if err := move(RunMoves, &r.Status, to); err != nil {
+					return advanced{}, err
+				}
+			}
+		default:
+			op.Status, op.UpdatedAt = OpExecuting, now
+			next = &job{
+				RunID: r.ID, Epoch: g.epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload,
+				BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
+			}
+		}
+		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
+			return advanced{}, err
+		}
+		if next != nil {
+			return advanced{i + 1, next}, nil
+		}
+	}
+	return advanced{taken: len(g.queue)}, nil
+}
+
+// started applies a durable advance: the taken operations leave the queue,
+// the job goes to the executor, and a run that the advance ended is
+// released.
+func (g *runGrain) started(a advanced) {
+	g.queue = g.queue[a.taken:]
+	if a.job != nil {
+		g.executing = a.job.SeqID
+		g.sys.toExecutor("exec.job", a.job)
 	}
 	g.ended()
 }
@@ -530,6 +615,7 @@ func (g *runGrain) ended() {
 	if !Terminal(RunMoves, g.run.Status) {
 		return
 	}
+	g.sys.facts.Delete(g.id)
 	g.sys.toExecutor("exec.release", jobRef{RunID: g.id})
 	g.sys.tell(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
 }
@@ -554,13 +640,14 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.Epoch != g.run.Epoch || d.SeqID != g.executing {
+	if d.Epoch != g.epoch || d.SeqID != g.executing {
 		return nil, nil // for an older activation, which recovery has settled
 	}
 	prices, err := g.prices()
 	if err != nil {
 		return nil, err
 	}
+	var next advanced
 	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		op := new(persistence.Operation)
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
@@ -581,16 +668,23 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 				return err
 			}
 		}
-		if err := recordUsage(tx, op, d, prices, now); err != nil {
-			return err
-		}
+		recordUsage(op, d, prices, now)
 		if d.Metrics != nil {
 			m := persistence.Metric{SeqID: d.SeqID, Kind: op.Kind, Step: r.Steps, Values: d.Metrics, DurationMS: d.DurationMS, CreatedAt: now}
 			if err := tx.Put(persistence.Metrics, persistence.SeqKey(r.ID, d.SeqID), &m); err != nil {
 				return err
 			}
 		}
-		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op)
+		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+			return err
+		}
+		next = advanced{}
+		if r.Status == RunPoisoned {
+			return nil
+		}
+		var aerr error
+		next, aerr = g.advance(tx, r)
+		return aerr
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record operation %d: %w", d.SeqID, err)
@@ -601,8 +695,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 		g.ended()
 		return nil, nil
 	}
-	g.ended()
-	g.kick()
+	g.started(next)
 	return nil, nil
 }
 
@@ -616,7 +709,7 @@ type progressUpdate struct {
 
 func (g *runGrain) execProgress(_ actor.Context, body []byte) (any, error) {
 	p, err := decode[progressUpdate](body)
-	if err != nil || p.Epoch != g.run.Epoch || p.SeqID != g.executing {
+	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}
 	return nil, g.write(func(tx *persistence.Tx, r *persistence.Run) error {

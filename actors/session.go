@@ -249,7 +249,7 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session) error {
 		out = RunReply{}
 		if ss.RunID != "" {
-			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &out.Run); err != nil {
+			if _, err := persistence.GetRun(tx, ss.RunID, &out.Run); err != nil {
 				return err
 			}
 			if out.Run.RequestID == req.RequestID {
@@ -266,7 +266,7 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 		}
 		ss.RunID = run.ID
 		out = RunReply{Run: *run, Created: true}
-		return tx.Put(persistence.Runs, []byte(run.ID), run)
+		return persistence.CreateRun(tx, run)
 	})
 	return &out, err
 }

@@ -61,6 +61,7 @@ type System struct {
 	exec     *executor
 	stop     chan struct{}
 	wg       sync.WaitGroup
+	facts    sync.Map // run id → runFacts, for runs that can take work
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every

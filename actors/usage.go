@@ -36,11 +36,11 @@ func (g *runGrain) prices() (*priceList, error) {
 	return g.priceList, nil
 }
 
-// recordUsage writes the usage components of an executed operation.
-func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, p *priceList, now time.Time) error {
+// recordUsage sets the usage components of an executed operation.
+func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time) {
+	op.Usage = nil
 	for _, rd := range providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		u := persistence.Usage{
-			SessionID: op.SessionID, RunID: op.RunID, OperationID: op.ID, Provider: p.provider,
 			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
 			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
 		}
@@ -49,43 +49,31 @@ func recordUsage(tx *persistence.Tx, op *persistence.Operation, d *done, p *pric
 		} else {
 			u.SettledAt = &now
 		}
-		if err := tx.Put(persistence.Usages, persistence.UsageKey(op.RunID, op.SeqID, rd.Meter), &u); err != nil {
-			return err
-		}
+		op.Usage = append(op.Usage, u)
 	}
-	return nil
-}
-
-// scanUsage calls fn on each of a run's usage components, in operation
-// order, with its key.
-func scanUsage(tx *persistence.Tx, runID string, fn func(key []byte, u *persistence.Usage)) error {
-	return tx.Scan(persistence.Usages, []byte(runID), nil, func(k, raw []byte) (bool, error) {
-		var u persistence.Usage
-		if err := persistence.Decode(raw, &u); err != nil {
-			return false, err
-		}
-		fn(k, &u)
-		return true, nil
-	})
 }
 
 // settleUsage settles a run's pending components: it ran in a write that
 // ended the run, so its trainer is released and the provider has billed it.
 func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
-	var keys [][]byte
-	var pending []persistence.Usage
-	err := scanUsage(tx, runID, func(k []byte, u *persistence.Usage) {
-		if u.SettlementStatus == providers.Pending {
-			keys = append(keys, append([]byte(nil), k...)) // the cursor's key is not ours past the scan
-			pending = append(pending, *u)
+	var settled []*persistence.Operation
+	err := scanOps(tx, runID, 0, func(op *persistence.Operation) error {
+		pending := false
+		for i := range op.Usage {
+			if u := &op.Usage[i]; u.SettlementStatus == providers.Pending {
+				u.SettlementStatus, u.SettledAt, pending = providers.Settled, &now, true
+			}
 		}
+		if pending {
+			settled = append(settled, op)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for i := range pending {
-		pending[i].SettlementStatus, pending[i].SettledAt = providers.Settled, &now
-		if err := tx.Put(persistence.Usages, keys[i], &pending[i]); err != nil {
+	for _, op := range settled {
+		if err := tx.Put(persistence.Ops, persistence.SeqKey(runID, op.SeqID), op); err != nil {
 			return err
 		}
 	}
@@ -103,7 +91,13 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 		return items, nil
 	}
 	err = s.store.View(func(tx *persistence.Tx) error {
-		return scanUsage(tx, ss.RunID, func(_ []byte, u *persistence.Usage) { items = append(items, *u) })
+		return scanOps(tx, ss.RunID, 0, func(op *persistence.Operation) error {
+			for _, u := range op.Usage {
+				u.SessionID, u.RunID, u.OperationID, u.Provider = op.SessionID, op.RunID, op.ID, ss.Provider
+				items = append(items, u)
+			}
+			return nil
+		})
 	})
 	return items, err
 }

@@ -66,17 +66,13 @@ type Run struct {
 	TuningMode          string          `msgpack:"tuning_mode" json:"tuning_mode"`
 	LoRA                LoRA            `msgpack:"lora" json:"lora"`
 	CheckpointID        string          `msgpack:"checkpoint_id" json:"checkpoint_id,omitempty"`
-	NextSeqID           int64           `msgpack:"next_seq_id" json:"next_seq_id"`
+	NextSeqID           int64           `msgpack:"next_seq_id" json:"next_seq_id"` // authoritative in the run's Head; GetRun fills it in
 	SamplerID           string          `msgpack:"sampler_id" json:"sampler_id,omitempty"`
 	LatestWeightVersion int64           `msgpack:"latest_weight_version" json:"latest_weight_version"`
 	ErrorCode           string          `msgpack:"error_code" json:"error_code,omitempty"`
 	Metadata            json.RawMessage `msgpack:"metadata" json:"metadata,omitempty"`
 	CreatedAt           time.Time       `msgpack:"created_at" json:"created_at"`
 	UpdatedAt           time.Time       `msgpack:"updated_at" json:"updated_at"`
-
-	// Epoch is the activation fence: each activation of the run's grain
-	// bumps it, and a write carrying an older epoch is refused.
-	Epoch uint64 `msgpack:"epoch" json:"-"`
 	// StateSeq is the seq_id of the last succeeded operation that changed the
 	// trainer (forward_backward, optim_step, load_state): the trainer state
 	// is the snapshot at SnapshotSeq with every such operation after it
@@ -84,6 +80,37 @@ type Run struct {
 	StateSeq    int64 `msgpack:"state_seq" json:"-"`
 	SnapshotSeq int64 `msgpack:"snapshot_seq" json:"-"`
 	Steps       int64 `msgpack:"steps" json:"-"`
+}
+
+// Head is the part of a run's state that changes with every operation,
+// kept apart from the run record so that accepting an operation rewrites a
+// few bytes in a small bucket, not the whole run: the activation fence of
+// the run's grain (each activation bumps it, and a write from an older one
+// is refused) and the run's next seq_id.
+type Head struct {
+	Epoch     uint64 `msgpack:"epoch"`
+	NextSeqID int64  `msgpack:"next_seq_id"`
+}
+
+// GetRun reads the run id, its next seq_id included.
+func GetRun(tx *Tx, id string, r *Run) (bool, error) {
+	if ok, err := tx.Get(Runs, []byte(id), r); !ok || err != nil {
+		return ok, err
+	}
+	var h Head
+	if _, err := tx.Get(Heads, []byte(id), &h); err != nil {
+		return true, err
+	}
+	r.NextSeqID = h.NextSeqID
+	return true, nil
+}
+
+// CreateRun writes a new run and its head.
+func CreateRun(tx *Tx, r *Run) error {
+	if err := tx.Put(Runs, []byte(r.ID), r); err != nil {
+		return err
+	}
+	return tx.Put(Heads, []byte(r.ID), &Head{NextSeqID: r.NextSeqID})
 }
 
 // Operation is one submitted primitive of a run.
@@ -105,6 +132,10 @@ type Operation struct {
 	IdempotencyKey string          `msgpack:"idempotency_key" json:"-"`
 	RequestHash    string          `msgpack:"request_hash" json:"-"`
 	Payload        json.RawMessage `msgpack:"payload" json:"-"`
+	// Usage is what the operation used, written with its outcome: inside
+	// the operation record, so that recording an outcome rewrites one
+	// record, not one per meter.
+	Usage []Usage `msgpack:"usage,omitempty" json:"-"`
 }
 
 // Metric is the step record of one forward_backward or optim_step.
@@ -118,12 +149,14 @@ type Metric struct {
 }
 
 // Usage is one usage component: what one operation used of one meter, and
-// its cost at the session's price list.
+// its cost at the session's price list. Stored inside its operation, it
+// leaves out the ids and provider, which are the operation's and its
+// session's; readers fill them in.
 type Usage struct {
-	SessionID        string     `msgpack:"session_id" json:"session_id"`
-	RunID            string     `msgpack:"run_id" json:"run_id"`
-	OperationID      string     `msgpack:"operation_id" json:"operation_id"`
-	Provider         string     `msgpack:"provider" json:"provider"`
+	SessionID        string     `msgpack:"session_id,omitempty" json:"session_id"`
+	RunID            string     `msgpack:"run_id,omitempty" json:"run_id"`
+	OperationID      string     `msgpack:"operation_id,omitempty" json:"operation_id"`
+	Provider         string     `msgpack:"provider,omitempty" json:"provider"`
 	Meter            string     `msgpack:"meter" json:"meter"`
 	Quantity         int64      `msgpack:"quantity" json:"quantity"`
 	Unit             string     `msgpack:"unit" json:"unit"`
@@ -131,11 +164,6 @@ type Usage struct {
 	SettlementStatus string     `msgpack:"settlement_status" json:"settlement_status"`
 	ObservedAt       time.Time  `msgpack:"observed_at" json:"observed_at"`
 	SettledAt        *time.Time `msgpack:"settled_at" json:"settled_at"`
-}
-
-// UsageKey is the key of the usage component of meter for operation seq.
-func UsageKey(runID string, seq int64, meter string) []byte {
-	return append(SeqKey(runID, seq), meter...)
 }
 
 // SeqKey is the key of a run's record with sequence number seq: the run id

@@ -31,10 +31,10 @@ const (
 	Idem     Bucket = "idem"     // run id + 0 + idempotency key → seq
 	Requests Bucket = "requests" // request_id scope → resource id
 	Metrics  Bucket = "metrics"  // run id + seq → Metric
-	Usages   Bucket = "usage"    // run id + seq + meter → Usage
+	Heads    Bucket = "heads"    // run id → Head
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, OpIndex, Idem, Requests, Metrics, Usages}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, OpIndex, Idem, Requests, Metrics, Heads}
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")
@@ -50,12 +50,13 @@ type Store struct {
 	done     chan struct{}
 	mu       sync.RWMutex // held shared by writers, exclusively by Close
 	closed   bool
-	onCommit atomic.Pointer[func(writes int, took time.Duration)]
+	onCommit atomic.Pointer[func(writes, pages int, took time.Duration)]
 }
 
 // OnCommit sets fn to be told of every group commit: how many writes it
-// carried and how long it took, fsync included.
-func (s *Store) OnCommit(fn func(writes int, took time.Duration)) { s.onCommit.Store(&fn) }
+// carried, how many pages it wrote to the file (meta page included) and how
+// long it took, fsync included.
+func (s *Store) OnCommit(fn func(writes, pages int, took time.Duration)) { s.onCommit.Store(&fn) }
 
 type write struct {
 	fn  func(*Tx) error
@@ -152,6 +153,13 @@ func (s *Store) commitLoop() {
 	}
 }
 
+// pagesWritten is the count of pages the store's transactions have written;
+// the commit loop, the only writer, reads it around each commit.
+func (s *Store) pagesWritten() int64 {
+	st := s.db.Stats()
+	return st.TxStats.GetWrite()
+}
+
 // itemError marks which function of a batch failed.
 type itemError struct {
 	i   int
@@ -164,6 +172,7 @@ func (e *itemError) Error() string { return e.err.Error() }
 // error and the rest are committed again without it.
 func (s *Store) commit(batch []*write) {
 	start := time.Now()
+	pages := s.pagesWritten()
 	for len(batch) > 0 {
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			t := &Tx{tx: tx}
@@ -181,7 +190,7 @@ func (s *Store) commit(batch []*write) {
 			continue
 		}
 		if fn := s.onCommit.Load(); fn != nil && err == nil {
-			(*fn)(len(batch), time.Since(start))
+			(*fn)(len(batch), int(s.pagesWritten()-pages), time.Since(start))
 		}
 		for _, w := range batch {
 			w.err <- err

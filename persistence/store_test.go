@@ -19,8 +19,8 @@ func TestGroupCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var commits, writes atomic.Int64
-	s.OnCommit(func(n int, _ time.Duration) { commits.Add(1); writes.Add(int64(n)) })
+	var commits, writes, pages atomic.Int64
+	s.OnCommit(func(n, p int, _ time.Duration) { commits.Add(1); writes.Add(int64(n)); pages.Add(int64(p)) })
 	refuse := errors.New("refused")
 	const n = 200
 	errs := make([]error, n)
@@ -46,6 +46,9 @@ func TestGroupCommit(t *testing.T) {
 	}
 	if c, w := commits.Load(), writes.Load(); c == 0 || w != n-(n+6)/7 || c > w {
 		t.Errorf("%d commits carried %d writes, want %d", c, w, n-(n+6)/7)
+	}
+	if c, p := commits.Load(), pages.Load(); p < 2*c { // a leaf and a meta page at least
+		t.Errorf("%d commits wrote %d pages", c, p)
 	}
 
 	s, err = Open(path)

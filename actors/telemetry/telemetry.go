@@ -24,6 +24,7 @@ type Metrics struct {
 	opSeconds      *prometheus.HistogramVec // kind
 	commits        prometheus.Counter
 	commitWrites   prometheus.Counter
+	commitPages    prometheus.Counter
 	commitSeconds  prometheus.Histogram
 }
 
@@ -55,13 +56,16 @@ func New() *Metrics {
 		commitWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wts_store_commit_writes_total", Help: "Writes carried by those commits; divided by wts_store_commits_total it is the mean group size.",
 		}),
+		commitPages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wts_store_commit_pages_total", Help: "Pages those commits wrote to the store file; per write it is the store's write amplification.",
+		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "wts_store_commit_duration_seconds", Help: "Time of one group commit, fsync included.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14), // 100 µs to ~0.8 s
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.requestSeconds, m.opsAccepted, m.opsExecuted, m.opSeconds,
-		m.commits, m.commitWrites, m.commitSeconds,
+		m.commits, m.commitWrites, m.commitPages, m.commitSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -82,8 +86,9 @@ func (m *Metrics) Executed(kind, status string, took time.Duration) {
 }
 
 // Commit records one group commit of the store.
-func (m *Metrics) Commit(writes int, took time.Duration) {
+func (m *Metrics) Commit(writes, pages int, took time.Duration) {
 	m.commits.Inc()
 	m.commitWrites.Add(float64(writes))
+	m.commitPages.Add(float64(pages))
 	m.commitSeconds.Observe(took.Seconds())
 }
