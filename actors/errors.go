@@ -64,4 +64,7 @@ const (
 	CodeCredentialNotFound  = "credential_not_found"
 	CodeCheckpointNotFound  = "checkpoint_not_found"
 	CodeTuningMode          = "tuning_mode_not_supported"
+
+	CodeCheckpointRetired      = "checkpoint_retired"
+	CodeCheckpointIncompatible = "checkpoint_incompatible"
 )

@@ -37,6 +37,9 @@ type job struct {
 	LoRA        persistence.LoRA
 	StateSeq    int64 // the trainer must reflect the run's operations up to here
 	SnapshotSeq int64 // the newest snapshot the run has recorded
+	// FromCheckpoint: the run started from a checkpoint, whose state is in
+	// its initial folder, not from a fresh adapter.
+	FromCheckpoint bool
 }
 
 // executor runs the engine for every run on this node. Jobs run one at a
@@ -191,18 +194,22 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 		}
 	})
-	res, metrics, tokens, err := apply(ctx, ts.tr, j.Kind, j.Payload)
+	out, err := e.apply(ctx, ts, j.RunID, j.OpID, j.Kind, j.Payload)
 	if err != nil {
 		return failure(ctx, err)
 	}
-	d := &done{Status: OpSucceeded, Metrics: metrics, Tokens: tokens, Steps: int64(ts.tr.Steps())}
-	if d.Result, err = json.Marshal(res); err != nil {
+	d := &done{Status: OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
+		Checkpoint: out.checkpoint, Artifact: out.artifact}
+	if d.Result, err = json.Marshal(out.result); err != nil {
 		return failure(ctx, fmt.Errorf("encode result: %w", err))
 	}
 	if payload.Mutates(j.Kind) {
 		ts.stateSeq = j.SeqID
 	}
-	if j.Kind == payload.OptimStep && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery {
+	// A snapshot follows an optim_step now and then, and every load_state,
+	// so that rebuilding the run never needs the loaded checkpoint's files
+	// (which retiring their run removes).
+	if j.Kind == payload.OptimStep && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || j.Kind == payload.LoadState {
 		if err := e.snapshot(j.RunID, ts); err != nil {
 			e.sys.log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
 		} else {
@@ -240,14 +247,25 @@ type optimResult struct {
 	Metrics map[string]float64 `json:"metrics"`
 }
 
-// apply runs one operation on a trainer. It returns the result object, the
-// step record's values for operations that leave one, and the token
-// positions the model processed.
-func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMessage) (any, map[string]float64, int64, error) {
+// applied is what one operation produced: its result object, the step
+// record's values for operations that leave one, the token positions the
+// model processed, and the checkpoint or artifact it wrote.
+type applied struct {
+	result     any
+	metrics    map[string]float64
+	tokens     int64
+	checkpoint *persistence.Checkpoint
+	artifact   *persistence.Artifact
+}
+
+// apply runs operation opID of run runID on the run's trainer (load_state
+// replaces it).
+func (e *executor) apply(ctx context.Context, ts *trainerState, runID, opID, kind string, raw json.RawMessage) (*applied, error) {
 	p, err := payload.Parse(kind, raw)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
+	tr := ts.tr
 	switch p := p.(type) {
 	case *payload.Batch:
 		run := tr.Forward
@@ -256,7 +274,7 @@ func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMess
 		}
 		out, err := run(ctx, p.Datums(), p.LossFn, p.LossFnConfig)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, err
 		}
 		tokens := int64(out.Metrics["tokens:sum"])
 		res := forwardResult{LossFnOutputs: make([]lossOutput, len(out.Losses)), Metrics: out.Metrics}
@@ -264,7 +282,7 @@ func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMess
 			res.LossFnOutputs[i] = lossOutput{Logprobs: out.Logprobs[i], Loss: out.Losses[i]}
 		}
 		if kind == payload.Forward {
-			return res, nil, tokens, nil
+			return &applied{result: res, tokens: tokens}, nil
 		}
 		values := make(map[string]float64, len(out.Metrics)+1)
 		for k, v := range out.Metrics {
@@ -273,20 +291,26 @@ func apply(ctx context.Context, tr *train.Trainer, kind string, raw json.RawMess
 		if n := out.Metrics["tokens:sum"]; n > 0 {
 			values["loss:mean"] = out.Metrics["loss:sum"] / n
 		}
-		return res, values, tokens, nil
+		return &applied{result: res, metrics: values, tokens: tokens}, nil
 	case *payload.Step:
 		m, err := tr.OptimStep(p.Params())
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, err
 		}
 		clipped := 0.0
 		if m.Clipped {
 			clipped = 1
 		}
 		values := map[string]float64{"grad_norm": m.GradNorm, "learning_rate": m.LR, "step": float64(m.Step), "clipped": clipped}
-		return optimResult{Metrics: values}, values, 0, nil
+		return &applied{result: optimResult{Metrics: values}, metrics: values}, nil
+	case *payload.Save:
+		return e.saveState(ts, runID, opID, p)
+	case *payload.Load:
+		return e.loadState(ts, p)
+	case *payload.Export:
+		return e.exportLoRA(ts, runID, opID, p)
 	}
-	return nil, nil, 0, fmt.Errorf("executor: no engine primitive for %s", kind)
+	return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
 }
 
 // trainer returns the run's trainer at the job's state. When this node does
@@ -305,11 +329,16 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return nil, err
 	}
 	ts := &trainerState{baseModel: j.BaseModel, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq}
-	if j.SnapshotSeq > 0 {
-		if ts.tr, err = train.LoadState(e.snapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
+	switch {
+	case j.SnapshotSeq > 0:
+		if ts.tr, err = train.LoadState(e.sys.volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
 			return nil, fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
 		}
-	} else {
+	case j.FromCheckpoint:
+		if ts.tr, err = train.LoadState(e.sys.volume.InitialDir(j.RunID), m); err != nil {
+			return nil, fmt.Errorf("load the initial state of %s: %w", j.RunID, err)
+		}
+	default:
 		ad, err := lora.New(m.Cfg(), loraConfig(&j.LoRA))
 		if err != nil {
 			return nil, err
@@ -336,11 +365,11 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return nil, fmt.Errorf("read operations to replay: %w", err)
 	}
 	for _, op := range replay {
-		res, _, _, err := apply(ctx, ts.tr, op.Kind, op.Payload)
+		out, err := e.apply(ctx, ts, j.RunID, op.ID, op.Kind, op.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
 		}
-		e.checkReplay(op, res)
+		e.checkReplay(op, out.result)
 		ts.stateSeq = op.SeqID
 	}
 	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(replay), "state_seq", j.StateSeq)
@@ -382,28 +411,13 @@ func (e *executor) model(name string) (*transformer.Model[float32], error) {
 	return m, nil
 }
 
-func (e *executor) snapshotDir(runID string, seq int64) string {
-	return filepath.Join(e.sys.cfg.DataDir, "runs", runID, "snapshots", strconv.FormatInt(seq, 10))
-}
-
 // snapshot writes the trainer (after an optim_step, so no gradient is
 // pending) to the run volume. It keeps the previous snapshot until a later
 // one replaces it: the run record may still name it if the node dies before
 // the grain records this one.
 func (e *executor) snapshot(runID string, ts *trainerState) error {
-	dir := e.snapshotDir(runID, ts.stateSeq)
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return err
-	}
-	if err := ts.tr.SaveState(tmp, ts.baseModel); err != nil {
-		return err
-	}
-	if err := syncDir(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
+	dir := e.sys.volume.SnapshotDir(runID, ts.stateSeq)
+	if err := persistence.WriteDir(dir, func(tmp string) error { return ts.tr.SaveState(tmp, ts.baseModel) }); err != nil {
 		return err
 	}
 	if ts.snapshotSeq > 0 {
@@ -415,33 +429,5 @@ func (e *executor) snapshot(runID string, ts *trainerState) error {
 		}
 	}
 	ts.snapshotSeq, ts.lastSnapshot = ts.stateSeq, time.Now()
-	return syncDir(filepath.Dir(dir))
-}
-
-// syncDir fsyncs a folder's files and the folder itself.
-func syncDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, en := range entries {
-		if en.IsDir() {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, en.Name()))
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }

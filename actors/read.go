@@ -49,7 +49,7 @@ func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Ope
 	var owner persistence.Tenant
 	err := s.store.View(func(tx *persistence.Tx) error {
 		var key []byte
-		if ok, err := tx.Get(persistence.OpIndex, []byte(id), &key); err != nil || !ok {
+		if ok, err := tx.Get(persistence.Index, []byte(id), &key); err != nil || !ok {
 			return err
 		}
 		if _, err := tx.Get(persistence.Ops, key, &op); err != nil {
@@ -73,8 +73,8 @@ func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Ope
 
 // Page is one page of a run's sequence-keyed records.
 type Page[T any] struct {
-	Items        []T
-	NextAfterSeq int64
+	Items        []T   `json:"items"`
+	NextAfterSeq int64 `json:"next_after_seq"`
 }
 
 // page reads up to limit records of run from bucket b with seq > after.
@@ -119,13 +119,13 @@ type Summary struct {
 
 // Metrics pages a run's step records and summarises every metric over all of
 // them (not only the page), in one pass over the records.
-func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Metric], map[string]Summary, error) {
+func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit int) (*MetricsPage, error) {
 	all, err := page(s, t, persistence.Metrics, runID, 0, math.MaxInt, func(m *persistence.Metric) int64 { return m.SeqID })
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	p := &Page[persistence.Metric]{Items: []persistence.Metric{}, NextAfterSeq: after}
-	sum := map[string]Summary{}
+	p := &MetricsPage{Page: Page[persistence.Metric]{Items: []persistence.Metric{}, NextAfterSeq: after}, Summary: map[string]Summary{}}
+	sum := p.Summary
 	for _, m := range all.Items {
 		if m.SeqID > after && len(p.Items) < limit {
 			p.Items = append(p.Items, m)
@@ -142,7 +142,13 @@ func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit 
 			sum[k] = x
 		}
 	}
-	return p, sum, nil
+	return p, nil
+}
+
+// MetricsPage is one page of step records and the summary of all of them.
+type MetricsPage struct {
+	Page[persistence.Metric]
+	Summary map[string]Summary `json:"summary"`
 }
 
 // engineRefusal turns an engine input error into a validation refusal with

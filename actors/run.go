@@ -51,6 +51,9 @@ func (s *System) Submit(sub Submission) (*Accepted, error) {
 	if err := payload.CheckModel(parsed, m.Config); err != nil {
 		return nil, engineRefusal(err)
 	}
+	if err := s.checkReferences(sub.Tenant, sub.RunID, parsed); err != nil {
+		return nil, err
+	}
 	var out Accepted
 	return &out, s.call(runKind, sub.RunID, "run.submit", sub, &out)
 }
@@ -86,6 +89,31 @@ func (s *System) runFacts(t persistence.Tenant, runID string) (runFacts, error) 
 		s.facts.Store(runID, f)
 	}
 	return f, nil
+}
+
+// checkReferences checks the checkpoint a load_state or export_lora names:
+// the caller's, not retired, and made for this run's model and adapter
+// shape.
+func (s *System) checkReferences(t persistence.Tenant, runID string, p payload.Parsed) error {
+	var id string
+	switch p := p.(type) {
+	case *payload.Load:
+		id = p.CheckpointID
+	case *payload.Export:
+		id = p.CheckpointID
+	}
+	if id == "" {
+		return nil
+	}
+	run, err := s.GetRun(t, runID)
+	if err != nil {
+		return err
+	}
+	cp, err := s.checkpoint(id)
+	if err != nil {
+		return err
+	}
+	return usable(cp, t, run.BaseModel, run.ModelRevision, run.LoRA)
 }
 
 // Control is a finish or cancel request on a run.
@@ -390,7 +418,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, op.SeqID), op); err != nil {
 			return err
 		}
-		if err := tx.Put(persistence.OpIndex, []byte(op.ID), persistence.SeqKey(r.ID, op.SeqID)); err != nil {
+		if err := tx.Put(persistence.Index, []byte(op.ID), persistence.SeqKey(r.ID, op.SeqID)); err != nil {
 			return err
 		}
 		return tx.Put(persistence.Idem, idem, op.SeqID)
@@ -586,6 +614,7 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, er
 			next = &job{
 				RunID: r.ID, Epoch: g.epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload,
 				BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
+				FromCheckpoint: r.CheckpointID != "",
 			}
 		}
 		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
@@ -633,6 +662,9 @@ type done struct {
 	Steps       int64
 	DurationMS  float64
 	SnapshotSeq int64 // a snapshot was taken after this operation
+
+	Checkpoint *persistence.Checkpoint // what save_state wrote
+	Artifact   *persistence.Artifact   // what export_lora wrote
 }
 
 func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
@@ -669,6 +701,11 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			}
 		}
 		recordUsage(op, d, prices, now)
+		if d.Status == OpSucceeded {
+			if err := recordOutputs(tx, r, op, d); err != nil {
+				return err
+			}
+		}
 		if d.Metrics != nil {
 			m := persistence.Metric{SeqID: d.SeqID, Kind: op.Kind, Step: r.Steps, Values: d.Metrics, DurationMS: d.DurationMS, CreatedAt: now}
 			if err := tx.Put(persistence.Metrics, persistence.SeqKey(r.ID, d.SeqID), &m); err != nil {

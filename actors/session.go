@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -245,7 +247,25 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A run from a checkpoint gets the checkpoint's files linked into its
+	// training volume before its record exists, so the run never depends on
+	// another run's artifact prefix; the link is undone if no run was made.
+	id := NewID(RunPrefix)
+	if req.CheckpointID != "" {
+		cp, err := g.sys.GetCheckpoint(req.Tenant, req.CheckpointID)
+		if err != nil {
+			return nil, err
+		}
+		if err := persistence.LinkDir(g.sys.volume.CheckpointDir(cp.RunID, cp.ID), g.sys.volume.InitialDir(id)); err != nil {
+			return nil, fmt.Errorf("link checkpoint %s: %w", cp.ID, err)
+		}
+	}
 	var out RunReply
+	defer func() {
+		if req.CheckpointID != "" && !out.Created {
+			os.RemoveAll(filepath.Dir(g.sys.volume.InitialDir(id)))
+		}
+	}()
 	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session) error {
 		out = RunReply{}
 		if ss.RunID != "" {
@@ -260,7 +280,7 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 		if err := g.live(ss); err != nil {
 			return err
 		}
-		run, err := g.newRun(ss, req)
+		run, err := g.newRun(tx, ss, req, id)
 		if err != nil {
 			return err
 		}
@@ -272,7 +292,7 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 }
 
 // newRun applies the model admission rules of the session's capability row.
-func (g *sessionGrain) newRun(ss *persistence.Session, req *NewRun) (*persistence.Run, error) {
+func (g *sessionGrain) newRun(tx *persistence.Tx, ss *persistence.Session, req *NewRun, id string) (*persistence.Run, error) {
 	var row providers.Capability
 	if err := json.Unmarshal(ss.CapabilitySnapshot, &row); err != nil {
 		return nil, fmt.Errorf("session capability: %w", err)
@@ -295,13 +315,19 @@ func (g *sessionGrain) newRun(ss *persistence.Session, req *NewRun) (*persistenc
 		return nil, refuse(CodeValidation, "lora: %v", err)
 	}
 	if req.CheckpointID != "" {
-		return nil, refuse(CodeCheckpointNotFound, "checkpoint %s not found", req.CheckpointID)
+		cp, err := checkpointIn(tx, req.CheckpointID)
+		if err != nil {
+			return nil, err
+		}
+		if err := usable(cp, ss.Tenant, m.Name, m.Revision, *req.LoRA); err != nil {
+			return nil, err
+		}
 	}
 	now := g.sys.now()
 	return &persistence.Run{
-		ID: NewID(RunPrefix), SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID,
+		ID: id, SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID,
 		Status: RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
-		TuningMode: "lora", LoRA: *req.LoRA, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
+		TuningMode: "lora", LoRA: *req.LoRA, CheckpointID: req.CheckpointID, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}, nil
 }
 

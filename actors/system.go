@@ -55,6 +55,7 @@ type System struct {
 	cfg      Config
 	log      *slog.Logger
 	store    *persistence.Store
+	volume   persistence.Volume
 	actors   *actor.ActorSystem
 	cluster  *pcluster.Cluster
 	executor *actor.PID
@@ -84,7 +85,7 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	st.OnCommit(cfg.Metrics.Commit)
-	s := &System{cfg: cfg, log: cfg.Log, store: st, stop: make(chan struct{})}
+	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{})}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))

@@ -17,12 +17,6 @@ import (
 type invalid = payload.Invalid
 
 var (
-	idPattern = map[string]*regexp.Regexp{
-		actors.SessionPrefix:    regexp.MustCompile(`^wts_[0-9a-f]{32}$`),
-		actors.RunPrefix:        regexp.MustCompile(`^wtr_[0-9a-f]{32}$`),
-		actors.OperationPrefix:  regexp.MustCompile(`^wto_[0-9a-f]{32}$`),
-		actors.CheckpointPrefix: regexp.MustCompile(`^wtc_[0-9a-f]{32}$`),
-	}
 	hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
@@ -164,7 +158,7 @@ func (b *runBody) check() error {
 	if err != nil {
 		return err
 	}
-	if b.CheckpointID != nil && !idPattern[actors.CheckpointPrefix].MatchString(*b.CheckpointID) {
+	if b.CheckpointID != nil && !payload.IsID(actors.CheckpointPrefix, *b.CheckpointID) {
 		return &invalid{Field: "checkpoint_id", Reason: "must match ^wtc_[0-9a-f]{32}$"}
 	}
 	if or(b.TuningMode, "lora") == "full" {

@@ -7,15 +7,19 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/persistence"
 )
 
-// pathID reads a path parameter and checks its pattern; an id that cannot
-// exist is not found.
+// pathID reads a path parameter and checks its pattern (an empty prefix
+// means a UUID); an id that cannot exist is not found.
 func pathID(ctx *fasthttp.RequestCtx, name, prefix, what string) (string, error) {
 	id, _ := ctx.UserValue(name).(string)
-	if !idPattern[prefix].MatchString(id) {
+	if prefix == "" && !payload.IsUUID(id) {
+		return "", &actors.Error{Code: actors.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids are lowercase UUIDs)", what, id)}
+	}
+	if prefix != "" && !payload.IsID(prefix, id) {
 		return "", &actors.Error{Code: actors.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids look like %s<32 hex digits>)", what, id, prefix)}
 	}
 	return id, nil
@@ -198,49 +202,25 @@ func paging(ctx *fasthttp.RequestCtx) (after int64, limit int, err error) {
 	return after, limit, err
 }
 
-type operationsPage struct {
-	Items        []persistence.Operation `json:"items"`
-	NextAfterSeq int64                   `json:"next_after_seq"`
-}
-
-func (s *Server) listOperations(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
-	if err != nil {
-		return err
+// runPage answers a run's paged listing (after_seq, limit) of records
+// keyed by seq_id.
+func runPage[P any](list func(persistence.Tenant, string, int64, int) (P, error)) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+		if err != nil {
+			return err
+		}
+		after, limit, err := paging(ctx)
+		if err != nil {
+			return err
+		}
+		p, err := list(t, id, after, limit)
+		if err != nil {
+			return err
+		}
+		write(ctx, fasthttp.StatusOK, p)
+		return nil
 	}
-	after, limit, err := paging(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := s.sys.ListOperations(t, id, after, limit)
-	if err != nil {
-		return err
-	}
-	write(ctx, fasthttp.StatusOK, operationsPage{Items: p.Items, NextAfterSeq: p.NextAfterSeq})
-	return nil
-}
-
-type metricsPage struct {
-	Items        []persistence.Metric      `json:"items"`
-	Summary      map[string]actors.Summary `json:"summary"`
-	NextAfterSeq int64                     `json:"next_after_seq"`
-}
-
-func (s *Server) metrics(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
-	if err != nil {
-		return err
-	}
-	after, limit, err := paging(ctx)
-	if err != nil {
-		return err
-	}
-	p, sum, err := s.sys.Metrics(t, id, after, limit)
-	if err != nil {
-		return err
-	}
-	write(ctx, fasthttp.StatusOK, metricsPage{Items: p.Items, Summary: sum, NextAfterSeq: p.NextAfterSeq})
-	return nil
 }
 
 type usagePage struct {

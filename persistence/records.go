@@ -179,3 +179,47 @@ func SeqKey(runID string, seq int64) []byte {
 func IdemKey(runID, key string) []byte {
 	return append(append([]byte(runID), 0), key...)
 }
+
+// Output is what a checkpoint and an artifact share: who owns it, the run
+// operation that made it, and whether it is still there.
+type Output struct {
+	ID        string    `msgpack:"id" json:"id"`
+	Tenant    Tenant    `msgpack:"tenant" json:"-"`
+	SessionID string    `msgpack:"session_id" json:"session_id"`
+	RunID     string    `msgpack:"run_id" json:"run_id"`
+	SeqID     int64     `msgpack:"seq_id" json:"seq_id"`
+	Status    string    `msgpack:"status" json:"status"` // available, or retired with its run
+	CreatedAt time.Time `msgpack:"created_at" json:"created_at"`
+}
+
+// Checkpoint is a trainer state saved by save_state: the adapter (as a PEFT
+// adapter) and AdamW's moments, in its folder on the artifact volume.
+// Accumulated gradients are not part of it.
+type Checkpoint struct {
+	Output        `msgpack:",inline"`
+	Name          string `msgpack:"name" json:"name,omitempty"`
+	BaseModel     string `msgpack:"base_model" json:"base_model"`
+	ModelRevision string `msgpack:"model_revision" json:"model_revision"`
+	LoRA          LoRA   `msgpack:"lora" json:"lora"`
+	Step          int64  `msgpack:"step" json:"step"` // optimizer steps taken
+	SizeBytes     int64  `msgpack:"size_bytes" json:"size_bytes"`
+}
+
+// Artifact is an exported adapter: a folder of files on the artifact
+// volume, downloadable through signed URLs.
+type Artifact struct {
+	Output       `msgpack:",inline"`
+	CheckpointID string         `msgpack:"checkpoint_id" json:"checkpoint_id,omitempty"`
+	Kind         string         `msgpack:"kind" json:"kind"`
+	Checksum     string         `msgpack:"checksum" json:"checksum"`
+	SizeBytes    int64          `msgpack:"size_bytes" json:"size_bytes"`
+	ExportMode   string         `msgpack:"export_mode" json:"export_mode"`
+	Files        []ArtifactFile `msgpack:"files" json:"files"`
+}
+
+// ArtifactFile is one file of an artifact.
+type ArtifactFile struct {
+	Path      string `msgpack:"path" json:"path"`
+	SizeBytes int64  `msgpack:"size_bytes" json:"size_bytes"`
+	SHA256    string `msgpack:"sha256" json:"sha256"`
+}

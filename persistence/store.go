@@ -23,18 +23,20 @@ type Bucket string
 // The store's keyspaces. Keys are ids, or an id followed by a big-endian
 // sequence number so that a cursor walks a run's records in seq_id order.
 const (
-	Keys     Bucket = "keys"     // API key id → Key
-	Sessions Bucket = "sessions" // session id → Session
-	Runs     Bucket = "runs"     // run id → Run
-	Ops      Bucket = "ops"      // run id + seq → Operation
-	OpIndex  Bucket = "opindex"  // operation id → run id + seq
-	Idem     Bucket = "idem"     // run id + 0 + idempotency key → seq
-	Requests Bucket = "requests" // request_id scope → resource id
-	Metrics  Bucket = "metrics"  // run id + seq → Metric
-	Heads    Bucket = "heads"    // run id → Head
+	Keys        Bucket = "keys"        // API key id → Key
+	Sessions    Bucket = "sessions"    // session id → Session
+	Runs        Bucket = "runs"        // run id → Run
+	Ops         Bucket = "ops"         // run id + seq → Operation
+	Index       Bucket = "opindex"     // id of an operation, or of the checkpoint or artifact one made → run id + seq
+	Idem        Bucket = "idem"        // run id + 0 + idempotency key → seq
+	Requests    Bucket = "requests"    // request_id scope → resource id
+	Metrics     Bucket = "metrics"     // run id + seq → Metric
+	Heads       Bucket = "heads"       // run id → Head
+	Checkpoints Bucket = "checkpoints" // run id + seq of the save_state → Checkpoint
+	Artifacts   Bucket = "artifacts"   // run id + seq of the export_lora → Artifact
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, OpIndex, Idem, Requests, Metrics, Heads}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts}
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")

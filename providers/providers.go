@@ -26,10 +26,9 @@ const (
 var Order = []string{A, B}
 
 // Operations a run accepts, and a sampler: the primitives this node runs
-// today (checkpoints, sampler weights, exports and sampling come with the
-// samplers and artifacts work).
+// today (sampler weights and sampling come with the samplers).
 var (
-	Operations        = []string{"forward", "forward_backward", "optim_step"}
+	Operations        = []string{"forward", "forward_backward", "optim_step", "save_state", "load_state", "export_lora"}
 	SamplerOperations = []string{}
 )
 

@@ -217,8 +217,8 @@ func (s *Step) Params() optim.Params {
 	return p
 }
 
-// Parsed is a decoded, schema-checked payload: *Batch, *Step, or nil for a
-// kind without one.
+// Parsed is a decoded, schema-checked payload: *Batch, *Step, *Save, *Load
+// or *Export.
 type Parsed any
 
 // Parse strictly decodes and schema-checks the payload of a kind. A kind
@@ -243,6 +243,33 @@ func Parse(kind string, raw []byte) (Parsed, error) {
 			return nil, &Invalid{"payload.adam_params", err.Error()}
 		}
 		return &s, nil
+	case SaveState:
+		var v Save
+		if err := Strict(raw, &v, "payload"); err != nil {
+			return nil, err
+		}
+		if len(v.Name) > MaxName {
+			return nil, &Invalid{"payload.name", fmt.Sprintf("must be at most %d characters", MaxName)}
+		}
+		return &v, nil
+	case LoadState:
+		var v Load
+		if err := Strict(raw, &v, "payload"); err != nil {
+			return nil, err
+		}
+		if !IsID(CheckpointPrefix, v.CheckpointID) {
+			return nil, &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
+		}
+		return &v, nil
+	case ExportLoRA:
+		var v Export
+		if err := Strict(raw, &v, "payload"); err != nil {
+			return nil, err
+		}
+		if v.CheckpointID != "" && !IsID(CheckpointPrefix, v.CheckpointID) {
+			return nil, &Invalid{"payload.checkpoint_id", "must match ^wtc_[0-9a-f]{32}$"}
+		}
+		return &v, nil
 	}
 	return nil, &Invalid{"kind", fmt.Sprintf("%q is not an operation this service runs", kind)}
 }
@@ -306,6 +333,57 @@ func CheckModel(p Parsed, c model.Config) error {
 		return err
 	}
 	return train.Validate(b.Datums(), fn, c.Vocab, c.MaxPos)
+}
+
+// Save is the payload of save_state.
+type Save struct {
+	Name string `json:"name"` // a label for the caller, up to 200 characters
+}
+
+// Load is the payload of load_state.
+type Load struct {
+	CheckpointID  string `json:"checkpoint_id"`
+	WithOptimizer bool   `json:"with_optimizer"` // also restore AdamW's moments and step
+}
+
+// Export is the payload of export_lora.
+type Export struct {
+	CheckpointID string `json:"checkpoint_id"` // export this checkpoint; empty: the run's current weights
+}
+
+// MaxName bounds a checkpoint's name.
+const MaxName = 200
+
+// CheckpointPrefix starts every checkpoint id.
+const CheckpointPrefix = "wtc_"
+
+// IsID reports whether s is an identifier with prefix: the prefix then 32
+// lowercase hex digits.
+func IsID(prefix, s string) bool {
+	rest, ok := strings.CutPrefix(s, prefix)
+	return ok && len(rest) == 32 && isHex(rest)
+}
+
+// IsUUID reports whether s is UUID-shaped, in lowercase (an artifact id).
+func IsUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, part := range strings.Split(s, "-") {
+		if len(part) != []int{8, 4, 4, 4, 12}[i] || !isHex(part) {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Mutates says whether a kind changes the trainer, so that its failure
