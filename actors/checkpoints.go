@@ -2,6 +2,8 @@ package actors
 
 import (
 	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,18 +200,27 @@ func (s *System) GetCheckpoint(t persistence.Tenant, id string) (*persistence.Ch
 	return cp, err
 }
 
-// GetArtifact reads an artifact of tenant t.
-func (s *System) GetArtifact(t persistence.Tenant, id string) (*persistence.Artifact, error) {
+// artifact reads an artifact, whoever owns it (nil if there is none).
+func (s *System) artifact(id string) (*persistence.Artifact, error) {
 	a := new(persistence.Artifact)
 	var ok bool
 	err := s.store.View(func(tx *persistence.Tx) (err error) {
 		ok, err = byIndex(tx, persistence.Artifacts, id, a)
 		return err
 	})
+	if !ok {
+		a = nil
+	}
+	return a, err
+}
+
+// GetArtifact reads an artifact of tenant t.
+func (s *System) GetArtifact(t persistence.Tenant, id string) (*persistence.Artifact, error) {
+	a, err := s.artifact(id)
 	if err != nil {
 		return nil, err
 	}
-	if !ok || a.Tenant != t {
+	if a == nil || a.Tenant != t {
 		return nil, notFound("artifact", id)
 	}
 	return a, nil
@@ -225,16 +236,25 @@ func (s *System) ListArtifacts(t persistence.Tenant, runID string, after int64, 
 	return page(s, t, persistence.Artifacts, runID, after, limit, func(a *persistence.Artifact) int64 { return a.SeqID })
 }
 
+// available refuses a retired checkpoint, whose files are gone.
+func available(cp *persistence.Checkpoint) error {
+	if cp.Status != Available {
+		return refuse(CodeCheckpointRetired, "checkpoint %s was retired with its run %s", cp.ID, cp.RunID)
+	}
+	return nil
+}
+
 // usable checks that checkpoint cp can seed or be loaded into a run of
 // tenant t on model and revision with adapter l: same organization (and key
 // kind), not retired, same base model and revision, same adapter shape.
 func usable(cp *persistence.Checkpoint, t persistence.Tenant, model, revision string, l persistence.LoRA) error {
-	switch {
-	case cp.Tenant != t:
+	if cp.Tenant != t {
 		return refuse(CodeCheckpointNotFound, "checkpoint %s not found", cp.ID)
-	case cp.Status != Available:
-		return refuse(CodeCheckpointRetired, "checkpoint %s was retired with its run %s", cp.ID, cp.RunID)
-	case cp.BaseModel != model || cp.ModelRevision != revision:
+	}
+	if err := available(cp); err != nil {
+		return err
+	}
+	if cp.BaseModel != model || cp.ModelRevision != revision {
 		return refuse(CodeCheckpointIncompatible, "checkpoint %s is of %s@%s, not %s@%s", cp.ID, cp.BaseModel, cp.ModelRevision, model, revision)
 	}
 	if a := cp.LoRA; a.Rank != l.Rank || a.TrainAttn != l.TrainAttn || a.TrainMLP != l.TrainMLP || a.TrainUnembed != l.TrainUnembed {
@@ -242,4 +262,72 @@ func usable(cp *persistence.Checkpoint, t persistence.Tenant, model, revision st
 			cp.ID, a.Rank, a.TrainAttn, a.TrainMLP, a.TrainUnembed)
 	}
 	return nil
+}
+
+// RetireReply is retire's answer.
+type RetireReply struct {
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Retired bool   `json:"retired"`
+}
+
+// Retire removes a terminal run's artifact prefix: its checkpoints and
+// artifacts become retired and their files are deleted. Its training volume
+// (snapshots, the state it started from) is never touched. Retiring again
+// is harmless, and finishes a removal a crash cut short.
+func (s *System) Retire(t persistence.Tenant, runID, requestID string) (*RetireReply, error) {
+	var out RetireReply
+	return &out, s.call(runKind, runID, "run.retire", Control{t, requestID}, &out)
+}
+
+func (g *runGrain) retire(_ actor.Context, body []byte) (any, error) {
+	req, err := decode[Control](body)
+	if err != nil {
+		return nil, err
+	}
+	if req.Tenant != g.run.Tenant {
+		return nil, notFound("run", g.id)
+	}
+	if !Terminal(RunMoves, g.run.Status) {
+		return nil, refuse(CodeRunNotTerminal, "run %s is %s; only a run that has ended can be retired", g.id, g.run.Status)
+	}
+	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		r.Retired = true
+		err := retireOutputs(tx, persistence.Checkpoints, r.ID, func(c *persistence.Checkpoint) *persistence.Output { return &c.Output })
+		if err != nil {
+			return err
+		}
+		return retireOutputs(tx, persistence.Artifacts, r.ID, func(a *persistence.Artifact) *persistence.Output { return &a.Output })
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(g.sys.volume.ArtifactPrefix(g.id)); err != nil {
+		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.id, err)
+	}
+	return &RetireReply{ID: g.id, Status: g.run.Status, Retired: true}, nil
+}
+
+// retireOutputs marks a run's records in bucket b retired; output is the
+// record's Output.
+func retireOutputs[T any](tx *persistence.Tx, b persistence.Bucket, runID string, output func(*T) *persistence.Output) error {
+	var keys [][]byte
+	var recs []*T
+	err := tx.Scan(b, []byte(runID), nil, func(k, raw []byte) (bool, error) {
+		rec := new(T)
+		if err := persistence.Decode(raw, rec); err != nil {
+			return false, err
+		}
+		if o := output(rec); o.Status == Available {
+			o.Status = Retired
+			keys, recs = append(keys, append([]byte(nil), k...)), append(recs, rec)
+		}
+		return true, nil
+	})
+	for i := range keys {
+		if err == nil {
+			err = tx.Put(b, keys[i], recs[i])
+		}
+	}
+	return err
 }

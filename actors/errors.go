@@ -66,5 +66,6 @@ const (
 	CodeTuningMode          = "tuning_mode_not_supported"
 
 	CodeCheckpointRetired      = "checkpoint_retired"
+	CodeRunNotTerminal         = "run_not_terminal"
 	CodeCheckpointIncompatible = "checkpoint_incompatible"
 )

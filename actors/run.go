@@ -178,6 +178,8 @@ func (g *runGrain) handler(method string) handler {
 		return g.cancel
 	case "run.end":
 		return g.end
+	case "run.retire":
+		return g.retire
 	case "run.wake":
 		return func(actor.Context, []byte) (any, error) { return struct{}{}, nil }
 	case "run.exec_done":

@@ -256,6 +256,9 @@ func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := available(cp); err != nil { // its files are gone; newRun checks the rest
+			return nil, err
+		}
 		if err := persistence.LinkDir(g.sys.volume.CheckpointDir(cp.RunID, cp.ID), g.sys.volume.InitialDir(id)); err != nil {
 			return nil, fmt.Errorf("link checkpoint %s: %w", cp.ID, err)
 		}

@@ -62,7 +62,8 @@ type System struct {
 	exec     *executor
 	stop     chan struct{}
 	wg       sync.WaitGroup
-	facts    sync.Map // run id → runFacts, for runs that can take work
+	facts    sync.Map   // run id → runFacts, for runs that can take work
+	mergeMu  sync.Mutex // one merge of an artifact into its base model at a time
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every

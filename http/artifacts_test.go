@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
@@ -148,6 +149,17 @@ func TestCheckpoints(t *testing.T) {
 	if r := n.do("GET", v1+"/runs/"+rd, key, nil); r.Body["next_seq_id"].(float64) != 1 {
 		t.Errorf("refusals changed the run: %s", r.Raw)
 	}
+	// Retiring run a removes its checkpoint's files; run b, which started
+	// from that checkpoint, rebuilds after a restart all the same.
+	n.want(n.do("POST", v1+"/runs/"+ra+"/cancel", key, map[string]any{"request_id": "c"}), 202, "")
+	for n.do("GET", v1+"/runs/"+ra, key, nil).str("status") != "cancelled" {
+		time.Sleep(10 * time.Millisecond)
+	}
+	n.want(n.do("POST", v1+"/runs/"+ra+"/retire", key, map[string]any{"request_id": "r"}), 200, "")
+	n.stop()
+	n.start()
+	n.submit(key, rb.str("id"), 6, next)
+
 	// Run b holds the checkpoint it started from, run c the snapshot taken
 	// after its load_state; the refused creation left nothing.
 	var folders []string

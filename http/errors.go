@@ -32,6 +32,8 @@ var statuses = map[string]int{
 	codeMethod:           fasthttp.StatusMethodNotAllowed,
 	codeHashMismatch:     fasthttp.StatusUnprocessableEntity,
 	codeShuttingDown:     fasthttp.StatusServiceUnavailable,
+	codeLinkExpired:      fasthttp.StatusForbidden,
+	codeLinkInvalid:      fasthttp.StatusForbidden,
 
 	actors.CodeNotFound:               fasthttp.StatusNotFound,
 	actors.CodeCheckpointNotFound:     fasthttp.StatusNotFound,
@@ -49,6 +51,8 @@ var statuses = map[string]int{
 	actors.CodeTuningMode:             fasthttp.StatusUnprocessableEntity,
 	actors.CodeProviderUnavailable:    fasthttp.StatusUnprocessableEntity,
 	actors.CodeCheckpointRetired:      fasthttp.StatusConflict,
+	actors.CodeArtifactRetired:        fasthttp.StatusConflict,
+	actors.CodeRunNotTerminal:         fasthttp.StatusConflict,
 	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
 	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
 	actors.CodeInternal:               fasthttp.StatusInternalServerError,

@@ -172,6 +172,20 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.A
 	}
 }
 
+// retire answers retire with the run's retire reply.
+func (s *Server) retire(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, requestID, err := requestTarget(ctx, t, "run_id", actors.RunPrefix, "run", s.sys.GetRun)
+	if err != nil {
+		return err
+	}
+	out, err := s.sys.Retire(t, id, requestID)
+	if err != nil {
+		return err
+	}
+	write(ctx, fasthttp.StatusOK, out)
+	return nil
+}
+
 // DefaultLimit is the page size when limit is not given.
 const DefaultLimit = 100
 

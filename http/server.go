@@ -36,6 +36,7 @@ const DefaultMaxBody = 64 << 20
 type Config struct {
 	MaxBody int // bytes; 0 is DefaultMaxBody
 	Log     *slog.Logger
+	Signer  *persistence.Signer // signs and checks download links
 }
 
 // Server is the API server of one node.
@@ -45,6 +46,8 @@ type Server struct {
 	maxBody  int
 	srv      *fasthttp.Server
 	draining atomic.Bool
+	signer   *persistence.Signer
+	files    fasthttp.RequestHandler // serves signed downloads
 	// prometheus serves the node's registry in the Prometheus text format.
 	prometheus fasthttp.RequestHandler
 }
@@ -57,7 +60,7 @@ func New(sys *actors.System, cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody,
+	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody, signer: cfg.Signer, files: newFileHandler(),
 		prometheus: fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(sys.Telemetry().Registry, promhttp.HandlerOpts{}))}
 	s.srv = &fasthttp.Server{
 		Handler:            s.routes(),
@@ -134,8 +137,11 @@ func (s *Server) router() *router.Router {
 	r.GET(v1+"/runs/{run_id}/artifacts", s.api(runPage(s.sys.ListArtifacts)))
 	r.GET(v1+"/checkpoints/{checkpoint_id}", s.api(byID("checkpoint_id", actors.CheckpointPrefix, "checkpoint", s.sys.GetCheckpoint)))
 	r.GET(v1+"/artifacts/{artifact_id}", s.api(byID("artifact_id", "", "artifact", s.sys.GetArtifact)))
+	r.POST(v1+"/artifacts/{artifact_id}/download_urls", s.api(s.downloadLinks))
+	r.GET("/v1/files/{artifact_id}/{format}/{name}", s.serveFile)
 	r.POST(v1+"/runs/{run_id}/finish", s.api(s.control(s.sys.Finish)))
 	r.POST(v1+"/runs/{run_id}/cancel", s.api(s.control(s.sys.Cancel)))
+	r.POST(v1+"/runs/{run_id}/retire", s.api(s.retire))
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(runPage(s.sys.Metrics)))
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })

@@ -80,6 +80,8 @@ type Run struct {
 	StateSeq    int64 `msgpack:"state_seq" json:"-"`
 	SnapshotSeq int64 `msgpack:"snapshot_seq" json:"-"`
 	Steps       int64 `msgpack:"steps" json:"-"`
+	// Retired: the run's artifact prefix was removed (retire).
+	Retired bool `msgpack:"retired" json:"-"`
 }
 
 // Head is the part of a run's state that changes with every operation,

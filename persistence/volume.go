@@ -52,6 +52,12 @@ func (v Volume) ArtifactDir(runID, id string) string {
 	return filepath.Join(v.ArtifactPrefix(runID), "exports", id)
 }
 
+// MergedDir holds an artifact's adapter folded into its base model: an HF
+// model folder, made on the first request for it.
+func (v Volume) MergedDir(runID, id string) string {
+	return filepath.Join(v.ArtifactPrefix(runID), "merged", id)
+}
+
 // WriteDir creates dir whole or not at all: fill writes into a temporary
 // folder beside it, whose files are fsynced before it is renamed into
 // place. An existing dir is replaced (re-running the operation that made

@@ -107,7 +107,12 @@ func serveCmd(args []string) error {
 		sys.Stop(context.Background())
 		return err
 	}
-	srv := httpapi.New(sys, httpapi.Config{MaxBody: *maxBody, Log: log})
+	key, err := persistence.Secret(*data, "signing")
+	if err != nil {
+		sys.Stop(context.Background())
+		return fmt.Errorf("signing key: %w", err)
+	}
+	srv := httpapi.New(sys, httpapi.Config{MaxBody: *maxBody, Log: log, Signer: persistence.NewSigner(key)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "data", *data)

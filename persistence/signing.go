@@ -1,0 +1,90 @@
+package persistence
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Secret returns the node's key called name: 32 bytes in
+// secrets/<name>.key under the data folder, made at random (owner-only)
+// the first time. Nodes that share a data folder share their keys.
+func Secret(dataDir, name string) ([]byte, error) {
+	path := filepath.Join(dataDir, "secrets", name+".key")
+	if key, err := os.ReadFile(path); err == nil {
+		if len(key) != 32 {
+			return nil, fmt.Errorf("secret %s: %d bytes, want 32", path, len(key))
+		}
+		return key, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) { // another process made it first
+		return Secret(dataDir, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return key, f.Close()
+}
+
+// Signed-link failures.
+var (
+	ErrExpired      = errors.New("the link has expired")
+	ErrBadSignature = errors.New("the link's signature does not match")
+)
+
+// Signer makes and checks signed download links: an HMAC-SHA256, under the
+// node's signing key, of the path and the expiry, so that neither can be
+// changed and a link works for anyone who holds it until it expires.
+type Signer struct{ key []byte }
+
+// NewSigner signs with key.
+func NewSigner(key []byte) *Signer { return &Signer{key} }
+
+func (s *Signer) mac(path string, expires int64) []byte {
+	m := hmac.New(sha256.New, s.key)
+	fmt.Fprintf(m, "GET\n%s\n%d", path, expires)
+	return m.Sum(nil)
+}
+
+// Sign returns the signature of a link to path that ends at expires.
+func (s *Signer) Sign(path string, expires time.Time) string {
+	return hex.EncodeToString(s.mac(path, expires.Unix()))
+}
+
+// Verify checks a link's signature (in constant time) and then its expiry.
+func (s *Signer) Verify(path, expires, signature string, now time.Time) error {
+	exp, err := strconv.ParseInt(expires, 10, 64)
+	sig, herr := hex.DecodeString(signature)
+	if err != nil || herr != nil || !hmac.Equal(sig, s.mac(path, exp)) {
+		return ErrBadSignature
+	}
+	if now.Unix() >= exp {
+		return ErrExpired
+	}
+	return nil
+}
