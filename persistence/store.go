@@ -34,9 +34,11 @@ const (
 	Heads       Bucket = "heads"       // run id → Head
 	Checkpoints Bucket = "checkpoints" // run id + seq of the save_state → Checkpoint
 	Artifacts   Bucket = "artifacts"   // run id + seq of the export_lora → Artifact
+	Credentials Bucket = "credentials" // credential id → Credential
+	Exports     Bucket = "exports"     // export id → Export
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports}
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")

@@ -1,0 +1,76 @@
+package persistence
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Credential is a customer's secret for an outside service (a model hub
+// token), sealed with AES-256-GCM under the node's credentials key. The
+// sealed bytes are bound to the record's id and owner, so a ciphertext moved
+// to another record does not open. The secret is never returned by the API
+// nor logged.
+type Credential struct {
+	ID        string    `msgpack:"id" json:"id"`
+	Tenant    Tenant    `msgpack:"tenant" json:"-"`
+	Kind      string    `msgpack:"kind" json:"kind"`
+	Name      string    `msgpack:"name" json:"name"`
+	Nonce     []byte    `msgpack:"nonce" json:"-"`
+	Sealed    []byte    `msgpack:"sealed" json:"-"`
+	CreatedAt time.Time `msgpack:"created_at" json:"created_at"`
+}
+
+// CredentialPrefix starts every credential id.
+const CredentialPrefix = "wtk_"
+
+// Vault seals and opens credentials.
+type Vault struct{ aead cipher.AEAD }
+
+// NewVault uses a 32-byte key (Secret(dataDir, "credentials")).
+func NewVault(key []byte) (*Vault, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &Vault{aead}, nil
+}
+
+func additional(c *Credential) []byte {
+	return fmt.Appendf(nil, "%s\x00%s\x00%t\x00%s", c.ID, c.Tenant.Org, c.Tenant.Live, c.Kind)
+}
+
+// Seal makes a credential of tenant t holding secret.
+func (v *Vault) Seal(t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
+	id := make([]byte, 16)
+	nonce := make([]byte, v.aead.NonceSize())
+	if _, err := rand.Read(id); err != nil {
+		return nil, err
+	}
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	c := &Credential{ID: CredentialPrefix + hex.EncodeToString(id), Tenant: t, Kind: kind, Name: name, Nonce: nonce, CreatedAt: now}
+	c.Sealed = v.aead.Seal(nil, nonce, secret, additional(c))
+	return c, nil
+}
+
+// ErrUnsealable is a credential that does not open under this key.
+var ErrUnsealable = errors.New("credential does not open under this node's key")
+
+// Open returns a credential's secret.
+func (v *Vault) Open(c *Credential) ([]byte, error) {
+	secret, err := v.aead.Open(nil, c.Nonce, c.Sealed, additional(c))
+	if err != nil {
+		return nil, ErrUnsealable
+	}
+	return secret, nil
+}
