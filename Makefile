@@ -1,14 +1,14 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi bench-gemm bench-engine bench-api run golden proto
+.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api run golden proto
 
 build:
 	$(GO) build ./...
 
 # The whole default suite: vet, then every package's tests. Long fuzz, soak
 # and benchmark runs live behind their own targets.
-test: vet lint-openapi
+test: vet lint-openapi hub-client
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
 
@@ -22,6 +22,11 @@ lint-openapi:
 	mkdir -p build
 	$(GO) run ./cmd/wts openapi > build/openapi.json
 	cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error && npx redocly lint --config redocly.yaml ../../build/openapi.json
+
+# Installs the official Hugging Face Hub client (pinned in
+# .ci/hub/package-lock.json) that the hub export test drives.
+hub-client:
+	cd .ci/hub && npm ci --no-audit --no-fund --loglevel=error
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -68,26 +68,33 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := requestKey(req.Tenant, "session", req.RequestID)
-	err = s.store.Update(func(tx *persistence.Tx) error {
-		sess, created = fresh, true
-		var id string
-		if ok, err := tx.Get(persistence.Requests, key, &id); err != nil || ok {
-			sess, created = new(persistence.Session), false
-			if err != nil {
-				return err
-			}
-			_, err = tx.Get(persistence.Sessions, []byte(id), sess)
-			return err
-		}
-		if err := tx.Put(persistence.Requests, key, fresh.ID); err != nil {
-			return err
-		}
-		return tx.Put(persistence.Sessions, []byte(fresh.ID), fresh)
+	err = s.store.Update(func(tx *persistence.Tx) (err error) {
+		sess, created, err = once(tx, key, persistence.Sessions, fresh.ID, fresh)
+		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("create session: %w", err)
 	}
 	return sess, created, nil
+}
+
+// once stores fresh (whose id is id) in bucket b the first time the
+// request key is seen, and later reads back what that first time stored; it
+// says whether this call stored it.
+func once[T any](tx *persistence.Tx, key []byte, b persistence.Bucket, id string, fresh *T) (*T, bool, error) {
+	var prev string
+	if ok, err := tx.Get(persistence.Requests, key, &prev); err != nil || ok {
+		if err != nil {
+			return nil, false, err
+		}
+		v := new(T)
+		_, err := tx.Get(b, []byte(prev), v)
+		return v, false, err
+	}
+	if err := tx.Put(persistence.Requests, key, id); err != nil {
+		return nil, false, err
+	}
+	return fresh, true, tx.Put(b, []byte(id), fresh)
 }
 
 // requestKey is the request_id index key of a creation in a scope.

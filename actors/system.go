@@ -26,6 +26,7 @@ import (
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/hub"
 )
 
 // Grain kinds.
@@ -36,9 +37,11 @@ const (
 
 // Config configures a node.
 type Config struct {
-	DataDir  string // the store file and the run volume live here
-	Registry *providers.Registry
-	Log      *slog.Logger
+	DataDir string // the store file and the run volume live here
+	// HubEndpoint is where hub exports go (hub.DefaultEndpoint when empty).
+	HubEndpoint string
+	Registry    *providers.Registry
+	Log         *slog.Logger
 	// SnapshotEvery is the least compute time between two trainer snapshots
 	// of a run (taken after an optim_step); the operations since the last
 	// snapshot are replayed after a restart.
@@ -52,18 +55,20 @@ type Config struct {
 // System is one node: the actor system, its single-member cluster, the
 // store and the executor.
 type System struct {
-	cfg      Config
-	log      *slog.Logger
-	store    *persistence.Store
-	volume   persistence.Volume
-	actors   *actor.ActorSystem
-	cluster  *pcluster.Cluster
-	executor *actor.PID
-	exec     *executor
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	facts    sync.Map   // run id → runFacts, for runs that can take work
-	mergeMu  sync.Mutex // one merge of an artifact into its base model at a time
+	cfg        Config
+	log        *slog.Logger
+	store      *persistence.Store
+	volume     persistence.Volume
+	actors     *actor.ActorSystem
+	cluster    *pcluster.Cluster
+	executor   *actor.PID
+	exec       *executor
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	facts      sync.Map   // run id → runFacts, for runs that can take work
+	mergeMu    sync.Mutex // one merge of an artifact into its base model at a time
+	vault      *persistence.Vault
+	exportWake chan struct{} // tells the exporter there is work
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every
@@ -81,12 +86,20 @@ func Start(cfg Config) (*System, error) {
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = time.Minute
 	}
+	if cfg.HubEndpoint == "" {
+		cfg.HubEndpoint = hub.DefaultEndpoint
+	}
+	vault, err := persistence.OpenVault(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	st, err := persistence.Open(filepath.Join(cfg.DataDir, "wts.db"))
 	if err != nil {
 		return nil, err
 	}
 	st.OnCommit(cfg.Metrics.Commit)
-	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{})}
+	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
+		vault: vault, exportWake: make(chan struct{}, 1)}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
@@ -103,8 +116,9 @@ func Start(cfg Config) (*System, error) {
 		s.Stop(context.Background())
 		return nil, err
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.sweep()
+	go s.exporter()
 	return s, nil
 }
 

@@ -9,12 +9,14 @@ import (
 
 	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/http/auth"
+	"github.com/wts-project/wts/persistence"
 )
 
 // The admin surface serves operators on the node's own machine: a unix
 // socket in the data folder, readable only by the service's user (the
-// folder's owner), never a TCP port. Its one endpoint issues API keys while
-// the node runs, when the store is locked to anyone else.
+// folder's owner), never a TCP port. It issues API keys and registers
+// customer credentials while the node runs, when the store is locked to
+// anyone else.
 
 // AdminSocket is the admin socket's name inside the data folder.
 const AdminSocket = "admin.sock"
@@ -30,45 +32,75 @@ type KeyReply struct {
 	Key string `json:"key"`
 }
 
-// ServeAdmin answers POST /admin/keys on ln until it is closed.
+// CredentialRequest registers a customer's secret (a hub token).
+type CredentialRequest struct {
+	Org    string `json:"org"`
+	Live   bool   `json:"live"`
+	Name   string `json:"name"`
+	Secret string `json:"secret"`
+}
+
+// CredentialReply names the registered credential; the secret never comes
+// back.
+type CredentialReply struct {
+	ID string `json:"id"`
+}
+
+// ServeAdmin answers POST /admin/keys and POST /admin/credentials on ln
+// until it is closed.
 func ServeAdmin(sys *actors.System, ln net.Listener) error {
 	srv := &fasthttp.Server{Name: "wts-admin", ReadTimeout: 10 * time.Second, Handler: func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) != "/admin/keys" || !ctx.IsPost() {
-			fail(ctx, actors.CodeNotFound, "the admin socket serves POST /admin/keys")
+		switch path := string(ctx.Path()); {
+		case !ctx.IsPost():
+		case path == "/admin/keys":
+			var req KeyRequest
+			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" {
+				fail(ctx, actors.CodeValidation, `want {"org": NAME, "live": BOOL}`)
+				return
+			}
+			key, err := auth.Create(sys.Store(), req.Org, req.Live, time.Now())
+			if err != nil {
+				failErr(ctx, err)
+				return
+			}
+			write(ctx, fasthttp.StatusCreated, KeyReply{Key: key})
+			return
+		case path == "/admin/credentials":
+			var req CredentialRequest
+			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" || req.Secret == "" {
+				fail(ctx, actors.CodeValidation, `want {"org": NAME, "live": BOOL, "name": LABEL, "secret": TOKEN}`)
+				return
+			}
+			c, err := sys.AddCredential(persistence.Tenant{Org: req.Org, Live: req.Live}, actors.CredentialHub, req.Name, []byte(req.Secret))
+			if err != nil {
+				failErr(ctx, err)
+				return
+			}
+			write(ctx, fasthttp.StatusCreated, CredentialReply{ID: c.ID})
 			return
 		}
-		var req KeyRequest
-		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" {
-			fail(ctx, actors.CodeValidation, `want {"org": NAME, "live": BOOL}`)
-			return
-		}
-		key, err := auth.Create(sys.Store(), req.Org, req.Live, time.Now())
-		if err != nil {
-			failErr(ctx, err)
-			return
-		}
-		write(ctx, fasthttp.StatusCreated, KeyReply{Key: key})
+		fail(ctx, actors.CodeNotFound, "the admin socket serves POST /admin/keys and POST /admin/credentials")
 	}}
 	return srv.Serve(ln)
 }
 
-// RequestKey asks a running node's admin socket for a key.
-func RequestKey(socket string, req KeyRequest) (string, error) {
+// AdminCall posts req to path on a running node's admin socket and decodes
+// the answer into out.
+func AdminCall(socket, path string, req, out any) error {
 	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return net.Dial("unix", socket) }}
 	body, _ := json.Marshal(req)
 	r, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)
 	defer fasthttp.ReleaseResponse(resp)
-	r.SetRequestURI("http://admin/admin/keys")
+	r.SetRequestURI("http://admin" + path)
 	r.Header.SetMethod("POST")
 	r.Header.SetContentType(mimeJSON)
 	r.SetBody(body)
 	if err := c.DoTimeout(r, resp, 10*time.Second); err != nil {
-		return "", err
+		return err
 	}
-	var out KeyReply
-	if resp.StatusCode() != fasthttp.StatusCreated || json.Unmarshal(resp.Body(), &out) != nil {
-		return "", &actors.Error{Code: actors.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
+	if resp.StatusCode() != fasthttp.StatusCreated || json.Unmarshal(resp.Body(), out) != nil {
+		return &actors.Error{Code: actors.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
 	}
-	return out.Key, nil
+	return nil
 }

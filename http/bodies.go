@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/payload"
@@ -217,4 +218,60 @@ func (b *opBody) check() error {
 		return &invalid{Field: "payload", Reason: "is required"}
 	}
 	return object(b.Payload, "payload")
+}
+
+// exportBody is POST /v1/training/runs/{run_id}/exports.
+type exportBody struct {
+	RequestID    *string `json:"request_id"`
+	ArtifactID   *string `json:"artifact_id"`
+	Repo         *string `json:"repo"`
+	Destination  *string `json:"destination"`
+	Private      *bool   `json:"private"`
+	CredentialID *string `json:"credential_id"`
+	Revision     *string `json:"revision"`
+	Mode         *string `json:"mode"`
+}
+
+var (
+	repoPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	revisionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+)
+
+func (b *exportBody) check() error {
+	if err := first(required(b.RequestID, "request_id"), required(b.ArtifactID, "artifact_id"), required(b.Repo, "repo"),
+		required(b.CredentialID, "credential_id"), length(b.RequestID, "request_id", 1, 200),
+		length(b.CredentialID, "credential_id", 1, 200), length(b.Repo, "repo", 1, 200), length(b.Revision, "revision", 1, 80),
+		oneOf(b.Destination, "destination", actors.DestinationHub), oneOf(b.Mode, "mode", actors.ExportModeLoRA)); err != nil {
+		return err
+	}
+	if !payload.IsUUID(*b.ArtifactID) {
+		return &invalid{Field: "artifact_id", Reason: "must be a lowercase UUID"}
+	}
+	if !repoPattern.MatchString(*b.Repo) {
+		return &invalid{Field: "repo", Reason: "must match " + repoPattern.String()}
+	}
+	if b.Revision != nil && (!revisionPattern.MatchString(*b.Revision) || strings.Contains(*b.Revision, "..")) {
+		return &invalid{Field: "revision", Reason: "must be a branch name: letters, digits, '.', '_', '-' and '/'"}
+	}
+	return nil
+}
+
+func (b *exportBody) request(t persistence.Tenant, runID string) actors.NewExport {
+	return actors.NewExport{Tenant: t, RequestID: *b.RequestID, RunID: runID, ArtifactID: *b.ArtifactID, Repo: *b.Repo,
+		Revision: or(b.Revision, "main"), Private: or(b.Private, true), CredentialID: *b.CredentialID}
+}
+
+// carriesToken reports a body field that looks like a secret: the service
+// takes credential references only, and says so rather than "unknown field".
+func carriesToken(body []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return ""
+	}
+	for k := range fields {
+		if l := strings.ToLower(k); strings.Contains(l, "token") || strings.Contains(l, "authorization") || strings.Contains(l, "password") {
+			return k
+		}
+	}
+	return ""
 }

@@ -53,6 +53,8 @@ var statuses = map[string]int{
 	actors.CodeCheckpointRetired:      fasthttp.StatusConflict,
 	actors.CodeArtifactRetired:        fasthttp.StatusConflict,
 	actors.CodeRunNotTerminal:         fasthttp.StatusConflict,
+	actors.CodeNotEligible:            fasthttp.StatusUnprocessableEntity,
+	actors.CodeTokenRefused:           fasthttp.StatusUnprocessableEntity,
 	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
 	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
 	actors.CodeInternal:               fasthttp.StatusInternalServerError,

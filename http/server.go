@@ -142,6 +142,8 @@ func (s *Server) router() *router.Router {
 	r.POST(v1+"/runs/{run_id}/finish", s.api(s.control(s.sys.Finish)))
 	r.POST(v1+"/runs/{run_id}/cancel", s.api(s.control(s.sys.Cancel)))
 	r.POST(v1+"/runs/{run_id}/retire", s.api(s.retire))
+	r.POST(v1+"/runs/{run_id}/exports", s.api(s.createExport))
+	r.GET(v1+"/exports/{export_id}", s.api(byID("export_id", actors.ExportPrefix, "export", s.sys.GetExport)))
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(runPage(s.sys.Metrics)))
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })

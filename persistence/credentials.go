@@ -74,3 +74,21 @@ func (v *Vault) Open(c *Credential) ([]byte, error) {
 	}
 	return secret, nil
 }
+
+// AddCredential seals secret as a credential of tenant t and stores it.
+func AddCredential(st *Store, v *Vault, t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
+	c, err := v.Seal(t, kind, name, secret, now)
+	if err != nil {
+		return nil, err
+	}
+	return c, st.Update(func(tx *Tx) error { return tx.Put(Credentials, []byte(c.ID), c) })
+}
+
+// OpenVault is the vault under the data folder's credentials key.
+func OpenVault(dataDir string) (*Vault, error) {
+	key, err := Secret(dataDir, "credentials")
+	if err != nil {
+		return nil, fmt.Errorf("credentials key: %w", err)
+	}
+	return NewVault(key)
+}

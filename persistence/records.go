@@ -225,3 +225,23 @@ type ArtifactFile struct {
 	SizeBytes int64  `msgpack:"size_bytes" json:"size_bytes"`
 	SHA256    string `msgpack:"sha256" json:"sha256"`
 }
+
+// Export is the publication of an artifact to a model hub repository.
+type Export struct {
+	ID               string    `msgpack:"id" json:"id"`
+	Tenant           Tenant    `msgpack:"tenant" json:"-"`
+	RequestID        string    `msgpack:"request_id" json:"-"`
+	RunID            string    `msgpack:"run_id" json:"run_id"`
+	ArtifactID       string    `msgpack:"artifact_id" json:"artifact_id"`
+	Status           string    `msgpack:"status" json:"status"`
+	ResultArtifactID string    `msgpack:"result_artifact_id" json:"result_artifact_id,omitempty"`
+	Repo             string    `msgpack:"repo" json:"repo"`
+	Revision         string    `msgpack:"revision" json:"revision"`
+	Private          bool      `msgpack:"private" json:"private"`
+	CredentialID     string    `msgpack:"credential_id" json:"-"`
+	CommitOID        string    `msgpack:"commit_oid" json:"commit_oid,omitempty"`
+	ErrorCode        string    `msgpack:"error_code" json:"error_code,omitempty"`
+	ErrorMessage     string    `msgpack:"error_message" json:"error_message,omitempty"`
+	CreatedAt        time.Time `msgpack:"created_at" json:"created_at"`
+	UpdatedAt        time.Time `msgpack:"updated_at" json:"updated_at"`
+}

@@ -5,6 +5,7 @@
 //	wts sample --model DIR --prompt 1,2,3 [--max-tokens N --temperature T ...]
 //	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
 //	wts keys create --org NAME [--live] [--data DIR]
+//	wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token
 //	wts openapi
 package main
 
@@ -26,7 +27,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <serve|keys|model|sample|openapi> ...")
+		return fmt.Errorf("usage: wts <serve|keys|credentials|model|sample|openapi> ...")
 	}
 	switch args[0] {
 	case "model":
@@ -37,10 +38,12 @@ func run(args []string) error {
 		return serveCmd(args[1:])
 	case "keys":
 		return keysCmd(args[1:])
+	case "credentials":
+		return credentialsCmd(args[1:])
 	case "openapi":
 		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
 		return err
 	default:
-		return fmt.Errorf("unknown command %q (want serve, keys, model, sample or openapi)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, credentials, model, sample or openapi)", args[0])
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/hub"
 )
 
 // modelFlags collects repeated --model NAME=DIR flags.
@@ -53,6 +55,7 @@ func serveCmd(args []string) error {
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long executing work may take to finish")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
+	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,7 +82,7 @@ func serveCmd(args []string) error {
 		m, _ := catalog.Lookup(n)
 		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
 	}
-	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log})
+	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint})
 	if err != nil {
 		return err
 	}
@@ -186,8 +189,9 @@ func keysCmd(args []string) error {
 		return fmt.Errorf("keys create: --org is required")
 	}
 	// A running node holds the store: ask it through its admin socket.
-	if key, err := httpapi.RequestKey(filepath.Join(*data, httpapi.AdminSocket), httpapi.KeyRequest{Org: *org, Live: *live}); err == nil {
-		fmt.Println(key)
+	var reply httpapi.KeyReply
+	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/keys", httpapi.KeyRequest{Org: *org, Live: *live}, &reply); err == nil {
+		fmt.Println(reply.Key)
 		return nil
 	}
 	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
@@ -200,5 +204,50 @@ func keysCmd(args []string) error {
 		return err
 	}
 	fmt.Println(key)
+	return nil
+}
+
+func credentialsCmd(args []string) error {
+	if len(args) == 0 || args[0] != "add" {
+		return fmt.Errorf("usage: wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token")
+	}
+	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
+	org := fs.String("org", "", "organization the credential belongs to")
+	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
+	name := fs.String("name", "", "a label to recognise it by")
+	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *org == "" {
+		return fmt.Errorf("credentials add: --org is required")
+	}
+	// The token comes on standard input, never as an argument (which other
+	// users of the machine can read in the process list).
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	token := strings.TrimSpace(line)
+	if token == "" {
+		return fmt.Errorf("credentials add: give the hub token on standard input (%v)", err)
+	}
+	var reply httpapi.CredentialReply
+	req := httpapi.CredentialRequest{Org: *org, Live: *live, Name: *name, Secret: token}
+	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/credentials", req, &reply); err == nil {
+		fmt.Println(reply.ID)
+		return nil
+	}
+	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
+	if err != nil {
+		return fmt.Errorf("credentials add: %w (no node answers on %s either)", err, filepath.Join(*data, httpapi.AdminSocket))
+	}
+	defer st.Close()
+	vault, err := persistence.OpenVault(*data)
+	if err != nil {
+		return err
+	}
+	c, err := persistence.AddCredential(st, vault, persistence.Tenant{Org: *org, Live: *live}, actors.CredentialHub, *name, []byte(token), time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	fmt.Println(c.ID)
 	return nil
 }

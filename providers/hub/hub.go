@@ -55,13 +55,18 @@ const (
 	CodeUnreachable  = "hub_unreachable"
 )
 
-// CodeOf is the code of an error from the client.
+// CodeOf is the code of an error from the client: the Hub's refusal, or
+// hub_unreachable when no answer came; "" for anything else.
 func CodeOf(err error) string {
 	var e *Error
-	if errors.As(err, &e) {
+	var ue *url.Error
+	switch {
+	case errors.As(err, &e):
 		return e.Code
+	case errors.As(err, &ue):
+		return CodeUnreachable
 	}
-	return CodeUnreachable
+	return ""
 }
 
 // call sends a request and decodes a JSON answer into out (when not nil).

@@ -1,0 +1,41 @@
+package httpapi
+
+import (
+	"fmt"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/persistence"
+)
+
+// createExport accepts a hub export: 202 for a new one (it uploads in the
+// background; poll GET /v1/training/exports/{id}), 200 for a repeat of its
+// request_id.
+func (s *Server) createExport(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	if err != nil {
+		return err
+	}
+	if field := carriesToken(ctx.PostBody()); field != "" {
+		return &actors.Error{Code: actors.CodeTokenRefused, Message: fmt.Sprintf(
+			"%s: tokens are never accepted in requests; register the hub token with `wts credentials add` and send its credential_id", field)}
+	}
+	var b exportBody
+	if _, err := decodeBody(ctx, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	out, isNew, err := s.sys.CreateExport(b.request(t, id))
+	if err != nil {
+		return err
+	}
+	status := fasthttp.StatusOK
+	if isNew {
+		status = fasthttp.StatusAccepted
+	}
+	write(ctx, status, out)
+	return nil
+}
