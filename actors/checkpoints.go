@@ -272,7 +272,8 @@ type RetireReply struct {
 }
 
 // Retire removes a terminal run's artifact prefix: its checkpoints and
-// artifacts become retired and their files are deleted. Its training volume
+// artifacts become retired and their files are deleted, and its sampler is
+// retired. Its training volume
 // (snapshots, the state it started from) is never touched. Retiring again
 // is harmless, and finishes a removal a crash cut short.
 func (s *System) Retire(t persistence.Tenant, runID, requestID string) (*RetireReply, error) {
@@ -304,6 +305,11 @@ func (g *runGrain) retire(_ actor.Context, body []byte) (any, error) {
 	}
 	if err := os.RemoveAll(g.sys.volume.ArtifactPrefix(g.id)); err != nil {
 		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.id, err)
+	}
+	if g.run.SamplerID != "" {
+		if err := g.sys.call(samplerKind, g.run.SamplerID, "sampler.retire", struct{}{}, nil); err != nil {
+			return nil, fmt.Errorf("retire sampler %s: %w", g.run.SamplerID, err)
+		}
 	}
 	return &RetireReply{ID: g.id, Status: g.run.Status, Retired: true}, nil
 }

@@ -18,9 +18,7 @@ import (
 	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
-	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/train"
-	"github.com/wts-project/wts/kernels/transformer"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -40,6 +38,10 @@ type job struct {
 	// FromCheckpoint: the run started from a checkpoint, whose state is in
 	// its initial folder, not from a fresh adapter.
 	FromCheckpoint bool
+	// WeightVersion is the run's latest saved weight version, and
+	// WeightsSeq the state it was saved at.
+	WeightVersion int64
+	WeightsSeq    int64
 }
 
 // executor runs the engine for every run on this node. Jobs run one at a
@@ -53,7 +55,6 @@ type executor struct {
 	drained chan struct{}
 
 	// Owned by the worker goroutine.
-	models   map[string]*transformer.Model[float32]
 	trainers map[string]*trainerState
 }
 
@@ -72,7 +73,7 @@ const progressEvery = 250 * time.Millisecond
 func newExecutor(s *System) *executor {
 	e := &executor{
 		sys: s, jobs: make(chan func(), 1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
-		models: map[string]*transformer.Model[float32]{}, trainers: map[string]*trainerState{},
+		trainers: map[string]*trainerState{},
 	}
 	go e.work()
 	return e
@@ -194,12 +195,12 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 		}
 	})
-	out, err := e.apply(ctx, ts, j.RunID, j.OpID, j.Kind, j.Payload)
+	out, err := e.apply(ctx, ts, j, j.OpID, j.Kind, j.Payload)
 	if err != nil {
 		return failure(ctx, err)
 	}
 	d := &done{Status: OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
-		Checkpoint: out.checkpoint, Artifact: out.artifact}
+		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
 	if d.Result, err = json.Marshal(out.result); err != nil {
 		return failure(ctx, fmt.Errorf("encode result: %w", err))
 	}
@@ -256,11 +257,17 @@ type applied struct {
 	tokens     int64
 	checkpoint *persistence.Checkpoint
 	artifact   *persistence.Artifact
+	// weightVersion is a weight version saved for the sampler (or, with
+	// handoff, the version a run-scoped sample is to run at); handoff: the
+	// operation goes on in the run's sampler.
+	weightVersion int64
+	handoff       bool
 }
 
-// apply runs operation opID of run runID on the run's trainer (load_state
+// apply runs operation opID of job j's run on the run's trainer (load_state
 // replaces it).
-func (e *executor) apply(ctx context.Context, ts *trainerState, runID, opID, kind string, raw json.RawMessage) (*applied, error) {
+func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, kind string, raw json.RawMessage) (*applied, error) {
+	runID := j.RunID
 	p, err := payload.Parse(kind, raw)
 	if err != nil {
 		return nil, err
@@ -309,8 +316,41 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, runID, opID, kin
 		return e.loadState(ts, p)
 	case *payload.Export:
 		return e.exportLoRA(ts, runID, opID, p)
+	case *payload.SaveWeights:
+		v, err := e.saveWeights(ts, j)
+		return &applied{result: weightsResult{v, samplerID(runID)}, weightVersion: v}, err
+	case *payload.SamplePayload:
+		// A run-scoped sample: the run's current weights go to its sampler
+		// (a new version only if the trainer moved since the last one), which
+		// samples and reports to the run.
+		v := j.WeightVersion
+		if v == 0 || j.WeightsSeq != j.StateSeq {
+			var err error
+			if v, err = e.saveWeights(ts, j); err != nil {
+				return nil, err
+			}
+		}
+		return &applied{weightVersion: v, handoff: true}, nil
 	}
 	return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
+}
+
+// weightsResult is the result of save_weights_for_sampler.
+type weightsResult struct {
+	WeightVersion int64  `json:"weight_version"`
+	SamplerID     string `json:"sampler_id"`
+}
+
+// saveWeights writes the run's adapter as its next weight version.
+func (e *executor) saveWeights(ts *trainerState, j *job) (int64, error) {
+	v := j.WeightVersion + 1
+	err := persistence.WriteDir(e.sys.volume.WeightsDir(j.RunID, v), func(tmp string) error {
+		return lora.SavePEFT(tmp, ts.tr.Adapter(), ts.baseModel)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("save weight version %d: %w", v, err)
+	}
+	return v, nil
 }
 
 // trainer returns the run's trainer at the job's state. When this node does
@@ -324,7 +364,7 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return ts, nil
 	}
 	delete(e.trainers, j.RunID)
-	m, err := e.model(j.BaseModel)
+	m, err := e.sys.model(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +405,7 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return nil, fmt.Errorf("read operations to replay: %w", err)
 	}
 	for _, op := range replay {
-		out, err := e.apply(ctx, ts, j.RunID, op.ID, op.Kind, op.Payload)
+		out, err := e.apply(ctx, ts, j, op.ID, op.Kind, op.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
 		}
@@ -391,24 +431,6 @@ func (e *executor) checkReplay(op *persistence.Operation, res any) {
 	if a, b := fr.Metrics["loss:sum"], recorded.Metrics["loss:sum"]; a != b && !(math.IsNaN(a) && math.IsNaN(b)) {
 		e.sys.log.Warn("replayed loss differs from the recorded one", "run", op.RunID, "seq", op.SeqID, "replayed", a, "recorded", b)
 	}
-}
-
-// model loads a catalog model once per node.
-func (e *executor) model(name string) (*transformer.Model[float32], error) {
-	if m := e.models[name]; m != nil {
-		return m, nil
-	}
-	entry, ok := e.sys.cfg.Registry.Catalog().Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is not in the catalog", kerr.ErrBadModel, name)
-	}
-	w, err := model.Load(entry.Dir)
-	if err != nil {
-		return nil, err
-	}
-	m := transformer.New(w)
-	e.models[name] = m
-	return m, nil
 }
 
 // snapshot writes the trainer (after an optim_step, so no gradient is

@@ -8,17 +8,16 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	pcluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/wts-project/wts/actors/payload"
-	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/persistence"
 )
 
-// Submission is one operation submitted to a run, schema-checked already.
+// Submission is one operation submitted to a run or a sampler,
+// schema-checked already.
 type Submission struct {
 	Tenant         persistence.Tenant
-	RunID          string
+	Target         string // the run or sampler id
 	SeqID          int64
 	IdempotencyKey string
 	RequestHash    string
@@ -36,26 +35,39 @@ type Accepted struct {
 // Submit checks a submission against the run's model and capability, then
 // hands it to the run's grain, which accepts it durably.
 func (s *System) Submit(sub Submission) (*Accepted, error) {
-	run, err := s.runFacts(sub.Tenant, sub.RunID)
+	run, err := s.runFacts(sub.Tenant, sub.Target)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(s.cfg.Registry.Row(run.provider).Operations, sub.Kind) {
-		return nil, refuse(CodeUnsupported, "operation %s is not offered for this run", sub.Kind)
+	parsed, err := s.checkPayload(sub, s.cfg.Registry.Row(run.provider).Operations, run.baseModel)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkReferences(sub.Tenant, sub.Target, parsed); err != nil {
+		return nil, err
+	}
+	if sub.Kind == payload.Sample && payload.Required(parsed) != nil {
+		return nil, &payload.Invalid{Field: "payload.required_weight_version", Reason: "a run-scoped sample always samples the run's current weights; send it to the sampler instead"}
+	}
+	var out Accepted
+	return &out, s.call(runKind, sub.Target, "run.submit", sub, &out)
+}
+
+// checkPayload checks a submission's kind against those offered and its
+// payload against the schema and the model.
+func (s *System) checkPayload(sub Submission, offered []string, baseModel string) (payload.Parsed, error) {
+	if !slices.Contains(offered, sub.Kind) {
+		return nil, refuse(CodeUnsupported, "operation %s is not offered here", sub.Kind)
 	}
 	parsed, err := payload.Parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, err
 	}
-	m, _ := s.cfg.Registry.Catalog().Lookup(run.baseModel)
+	m, _ := s.cfg.Registry.Catalog().Lookup(baseModel)
 	if err := payload.CheckModel(parsed, m.Config); err != nil {
 		return nil, engineRefusal(err)
 	}
-	if err := s.checkReferences(sub.Tenant, sub.RunID, parsed); err != nil {
-		return nil, err
-	}
-	var out Accepted
-	return &out, s.call(runKind, sub.RunID, "run.submit", sub, &out)
+	return parsed, nil
 }
 
 // runFacts is what a submission is checked against before it reaches the
@@ -144,10 +156,8 @@ type runEnd struct {
 // at a time on the executor, and records their outcome. It caches the run
 // record, which only it writes, fenced by the activation epoch.
 type runGrain struct {
-	sys       *System
-	id        string
+	grain
 	run       *persistence.Run
-	err       error      // activation failure, answered to every call
 	epoch     uint64     // this activation's fence
 	queue     []int64    // accepted operations not started, in seq order
 	executing int64      // the operation on the executor, 0 if none
@@ -155,39 +165,19 @@ type runGrain struct {
 }
 
 func (g *runGrain) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *pcluster.ClusterInit:
-		g.id = m.Identity.Identity
-		g.err = g.activate()
-		g.kick()
-	case *wire.Call:
-		answer(ctx, g.sys.log, m, g.handler(m.Method))
+	if g.methods == nil {
+		g.methods = map[string]handler{
+			"run.submit":        g.submit,
+			"run.finish":        g.finish,
+			"run.cancel":        g.cancel,
+			"run.end":           g.end,
+			"run.retire":        g.retire,
+			"run.wake":          awake,
+			"run.exec_done":     g.execDone,
+			"run.exec_progress": g.execProgress,
+		}
 	}
-}
-
-func (g *runGrain) handler(method string) handler {
-	if g.err != nil {
-		return func(actor.Context, []byte) (any, error) { return nil, g.err }
-	}
-	switch method {
-	case "run.submit":
-		return g.submit
-	case "run.finish":
-		return g.finish
-	case "run.cancel":
-		return g.cancel
-	case "run.end":
-		return g.end
-	case "run.retire":
-		return g.retire
-	case "run.wake":
-		return func(actor.Context, []byte) (any, error) { return struct{}{}, nil }
-	case "run.exec_done":
-		return g.execDone
-	case "run.exec_progress":
-		return g.execProgress
-	}
-	return func(actor.Context, []byte) (any, error) { return nil, fmt.Errorf("run: unknown method %q", method) }
+	g.receive(ctx, g.activate, g.kick)
 }
 
 // activate takes the run's lease (bumps its epoch) and recovers from
@@ -204,13 +194,9 @@ func (g *runGrain) activate() error {
 			}
 			return err
 		}
-		var h persistence.Head
-		if _, err := tx.Get(persistence.Heads, []byte(g.id), &h); err != nil {
-			return err
-		}
-		h.Epoch++
-		if err := tx.Put(persistence.Heads, []byte(g.id), &h); err != nil {
-			return err
+		h, lerr := takeLease(tx, g.id)
+		if lerr != nil {
+			return lerr
 		}
 		g.epoch, r.NextSeqID = h.Epoch, h.NextSeqID
 		g.queue = g.queue[:0]
@@ -218,13 +204,13 @@ func (g *runGrain) activate() error {
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
 			case op.Status == OpExecuting:
-				g.settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+				settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
 				if payload.Mutates(op.Kind) {
 					r.ErrorCode = CodeInterrupted
 					move(RunMoves, &r.Status, RunInterrupted)
 				}
 			case op.Status == OpPending && Terminal(RunMoves, r.Status):
-				g.settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
+				settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
 			case op.Status == OpPending:
 				g.queue = append(g.queue, op.SeqID)
 				return nil
@@ -258,15 +244,6 @@ func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence
 	})
 }
 
-// settle ends an operation.
-func (g *runGrain) settle(op *persistence.Operation, status, code, msg string, now time.Time) {
-	op.Status = status
-	if code != "" {
-		op.ErrorCode, op.ErrorMessage = &code, &msg
-	}
-	op.UpdatedAt = now
-}
-
 // write commits fn's changes to a copy of the run record and, once durable,
 // makes the copy the grain's. fn may run more than once.
 //
@@ -275,35 +252,22 @@ func (g *runGrain) settle(op *persistence.Operation, status, code, msg string, n
 // is rewritten only when fn changed something else in it.
 func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) error {
 	var next *persistence.Run
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
-		var h persistence.Head
-		if _, err := tx.Get(persistence.Heads, []byte(g.id), &h); err != nil {
-			return err
-		}
-		if h.Epoch != g.epoch {
-			return errFenced
-		}
+	err := headTx(g.sys, g.id, g.epoch, func(tx *persistence.Tx) (int64, error) {
 		r := *g.run
 		if err := fn(tx, &r); err != nil {
-			return err
+			return 0, err
 		}
 		if Terminal(RunMoves, r.Status) && !Terminal(RunMoves, g.run.Status) {
 			if err := settleUsage(tx, r.ID, g.sys.now()); err != nil {
-				return err
+				return 0, err
 			}
 		}
 		next = &r
-		if r.NextSeqID != h.NextSeqID {
-			h.NextSeqID = r.NextSeqID
-			if err := tx.Put(persistence.Heads, []byte(r.ID), &h); err != nil {
-				return err
-			}
-		}
 		if !recordChanged(g.run, &r) {
-			return nil
+			return r.NextSeqID, nil
 		}
 		r.UpdatedAt = g.sys.now()
-		return tx.Put(persistence.Runs, []byte(r.ID), &r)
+		return r.NextSeqID, tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
 		g.run = next
@@ -327,38 +291,10 @@ func accepting(r *persistence.Run) error {
 	return nil
 }
 
-// existing returns the operation an idempotency key already names, if any.
-func (g *runGrain) existing(key []byte) (*persistence.Operation, error) {
-	var op *persistence.Operation
-	err := g.sys.store.View(func(tx *persistence.Tx) error {
-		var seq int64
-		if ok, err := tx.Get(persistence.Idem, key, &seq); err != nil || !ok {
-			return err
-		}
-		op = new(persistence.Operation)
-		_, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op)
-		return err
-	})
-	return op, err
-}
-
 func (g *runGrain) submit(_ actor.Context, body []byte) (any, error) {
-	sub, err := decode[Submission](body)
-	if err != nil {
-		return nil, err
-	}
-	if sub.Tenant != g.run.Tenant {
-		return nil, notFound("run", g.id)
-	}
-	key := persistence.IdemKey(g.id, sub.IdempotencyKey)
-	if op, err := g.existing(key); err != nil || op != nil {
-		if err != nil {
-			return nil, err
-		}
-		if op.RequestHash != sub.RequestHash {
-			return nil, refuse(CodeIdempotencyConflict, "idempotency_key %q was used for operation %s (seq_id %d) with another request_hash", sub.IdempotencyKey, op.ID, op.SeqID)
-		}
-		return handle(op, false), nil
+	sub, key, acc, err := g.admit(body, g.run.Tenant, "run")
+	if err != nil || acc != nil {
+		return acc, err
 	}
 	if err := accepting(g.run); err != nil {
 		return nil, err
@@ -417,13 +353,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		case payload.Cancel:
 			move(RunMoves, &r.Status, RunCancelRequested)
 		}
-		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, op.SeqID), op); err != nil {
-			return err
-		}
-		if err := tx.Put(persistence.Index, []byte(op.ID), persistence.SeqKey(r.ID, op.SeqID)); err != nil {
-			return err
-		}
-		return tx.Put(persistence.Idem, idem, op.SeqID)
+		return putAccepted(tx, r.ID, op, idem)
 	})
 	if err != nil {
 		return nil, err
@@ -453,7 +383,7 @@ func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accep
 		return nil, notFound("run", g.id)
 	}
 	key := controlKey(g.id, kind, req.RequestID)
-	if op, err := g.existing(key); err != nil || op != nil {
+	if op, err := existingOp(g.sys, g.id, key); err != nil || op != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -537,7 +467,7 @@ func (g *runGrain) stopWork(code, msg string) {
 				ctl = seq
 				continue
 			}
-			g.settle(op, OpCancelled, code, msg, now)
+			settle(op, OpCancelled, code, msg, now)
 			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
 				return err
 			}
@@ -601,7 +531,7 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, er
 		var next *job
 		switch op.Kind {
 		case payload.Finish, payload.Cancel:
-			g.settle(op, OpSucceeded, "", "", now)
+			settle(op, OpSucceeded, "", "", now)
 			if r.Status == RunFinishing || r.Status == RunCancelRequested {
 				to := RunFinished
 				if op.Kind == payload.Cancel {
@@ -616,7 +546,7 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, er
 			next = &job{
 				RunID: r.ID, Epoch: g.epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload,
 				BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
-				FromCheckpoint: r.CheckpointID != "",
+				FromCheckpoint: r.CheckpointID != "", WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
 			}
 		}
 		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
@@ -648,6 +578,9 @@ func (g *runGrain) ended() {
 	}
 	g.sys.facts.Delete(g.id)
 	g.sys.toExecutor("exec.release", jobRef{RunID: g.id})
+	if g.run.SamplerID != "" {
+		g.sys.tell(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
+	}
 	g.sys.tell(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
 }
 
@@ -667,6 +600,9 @@ type done struct {
 
 	Checkpoint *persistence.Checkpoint // what save_state wrote
 	Artifact   *persistence.Artifact   // what export_lora wrote
+
+	WeightVersion int64 // a weight version saved for the sampler
+	Handoff       bool  // a run-scoped sample goes on in the sampler
 }
 
 func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
@@ -676,6 +612,9 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 	}
 	if d.Epoch != g.epoch || d.SeqID != g.executing {
 		return nil, nil // for an older activation, which recovery has settled
+	}
+	if d.Handoff {
+		return nil, g.handOff(d)
 	}
 	prices, err := g.prices()
 	if err != nil {
@@ -688,7 +627,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		g.settle(op, d.Status, d.Code, d.Message, now)
+		settle(op, d.Status, d.Code, d.Message, now)
 		op.Result = d.Result
 		if d.SnapshotSeq > 0 {
 			r.SnapshotSeq = d.SnapshotSeq
@@ -705,6 +644,9 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 		recordUsage(op, d, prices, now)
 		if d.Status == OpSucceeded {
 			if err := recordOutputs(tx, r, op, d); err != nil {
+				return err
+			}
+			if err := g.recordWeights(tx, r, d.WeightVersion, now); err != nil {
 				return err
 			}
 		}
@@ -729,6 +671,9 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 		return nil, fmt.Errorf("record operation %d: %w", d.SeqID, err)
 	}
 	g.executing = 0
+	if d.WeightVersion > 0 {
+		g.sys.tell(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
+	}
 	if g.run.Status == RunPoisoned {
 		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
 		g.ended()
@@ -736,6 +681,45 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 	}
 	g.started(next)
 	return nil, nil
+}
+
+// recordWeights records a weight version saved for the run's sampler, and
+// creates the sampler the first time (provisioning; it syncs once told).
+func (g *runGrain) recordWeights(tx *persistence.Tx, r *persistence.Run, version int64, now time.Time) error {
+	if version <= r.LatestWeightVersion {
+		return nil
+	}
+	r.LatestWeightVersion, r.WeightsSeq = version, r.StateSeq
+	if r.SamplerID != "" {
+		return nil
+	}
+	r.SamplerID = samplerID(r.ID)
+	sm := persistence.Sampler{ID: r.SamplerID, Tenant: r.Tenant, SessionID: r.SessionID, RunID: r.ID, BaseModel: r.BaseModel,
+		Status: SamplerProvisioning, NextSeqID: 1, LastActivityAt: now, CreatedAt: now, UpdatedAt: now}
+	if err := tx.Put(persistence.Samplers, []byte(sm.ID), &sm); err != nil {
+		return err
+	}
+	return tx.Put(persistence.Heads, []byte(sm.ID), &persistence.Head{NextSeqID: 1})
+}
+
+// handOff records the weights a run-scoped sample runs at (creating the
+// sampler if needed) and gives the sample to the sampler; the operation
+// stays executing until the sampler reports its outcome here.
+func (g *runGrain) handOff(d *done) error {
+	var body json.RawMessage
+	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+			return err
+		}
+		body = op.Payload
+		return g.recordWeights(tx, r, d.WeightVersion, g.sys.now())
+	})
+	if err != nil {
+		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
+	}
+	g.sys.tell(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	return nil
 }
 
 // progressUpdate is the executor's progress report on the executing

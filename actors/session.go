@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	pcluster "github.com/asynkron/protoactor-go/cluster"
 
-	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -144,39 +142,21 @@ func (s *System) CloseSession(t persistence.Tenant, id string) (*persistence.Ses
 // the record: runs extend the lease in the same store, so each change reads,
 // checks and writes the record in one transaction.
 type sessionGrain struct {
-	sys   *System
-	id    string
+	grain
 	epoch int64
-	err   error // activation failure, answered to every call
 }
 
 func (g *sessionGrain) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *pcluster.ClusterInit:
-		g.id = m.Identity.Identity
-		g.err = g.activate()
-	case *wire.Call:
-		answer(ctx, g.sys.log, m, g.handler(m.Method))
+	if g.methods == nil {
+		g.methods = map[string]handler{
+			"session.create_run": g.createRun,
+			"session.heartbeat":  g.heartbeat,
+			"session.close":      g.close,
+			"session.expire":     g.expire,
+			"session.run_ended":  g.runEnded,
+		}
 	}
-}
-
-func (g *sessionGrain) handler(method string) handler {
-	if g.err != nil {
-		return func(actor.Context, []byte) (any, error) { return nil, g.err }
-	}
-	switch method {
-	case "session.create_run":
-		return g.createRun
-	case "session.heartbeat":
-		return g.heartbeat
-	case "session.close":
-		return g.close
-	case "session.expire":
-		return g.expire
-	case "session.run_ended":
-		return g.runEnded
-	}
-	return func(actor.Context, []byte) (any, error) { return nil, fmt.Errorf("session: unknown method %q", method) }
+	g.receive(ctx, g.activate, nil)
 }
 
 // activate takes the session's lease: it bumps lease_epoch, and every later

@@ -2,7 +2,7 @@ package actors
 
 import "fmt"
 
-// The state machines of sessions, runs and operations, as tables: a status
+// The state machines of sessions, runs, operations and samplers, as tables: a status
 // may move only to the statuses listed for it. Every status change goes
 // through move, so the tables are the whole rule (docs/states.md prints
 // them).
@@ -42,6 +42,16 @@ const (
 	OpCancelled = "cancelled"
 )
 
+// Sampler statuses.
+const (
+	SamplerAbsent       = "absent"       // released from memory; comes back on demand
+	SamplerProvisioning = "provisioning" // loading its first (or, after absent, its) weights
+	SamplerReady        = "ready"
+	SamplerSyncing      = "syncing" // loading a newer weight version of its run
+	SamplerFailed       = "failed"  // a sync failed; a newer version tries again
+	SamplerRetired      = "retired"
+)
+
 // SessionMoves is the session table.
 var SessionMoves = map[string][]string{
 	SessionProvisioning: {SessionReady, SessionFailed, SessionClosing, SessionTimedOut},
@@ -75,6 +85,16 @@ var OpMoves = map[string][]string{
 	OpSucceeded: {},
 	OpFailed:    {},
 	OpCancelled: {},
+}
+
+// SamplerMoves is the sampler table.
+var SamplerMoves = map[string][]string{
+	SamplerProvisioning: {SamplerReady, SamplerFailed, SamplerRetired},
+	SamplerReady:        {SamplerSyncing, SamplerAbsent, SamplerRetired},
+	SamplerSyncing:      {SamplerReady, SamplerFailed, SamplerRetired},
+	SamplerAbsent:       {SamplerProvisioning, SamplerRetired},
+	SamplerFailed:       {SamplerSyncing, SamplerRetired},
+	SamplerRetired:      {},
 }
 
 // move sets *status to to if the table allows it.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ const (
 // Config configures a node.
 type Config struct {
 	DataDir string // the store file and the run volume live here
+	// SamplerIdle is how long a sampler may go unused before it releases
+	// its adapter from memory (default 10 minutes).
+	SamplerIdle time.Duration
 	// HubEndpoint is where hub exports go (hub.DefaultEndpoint when empty).
 	HubEndpoint string
 	Registry    *providers.Registry
@@ -63,12 +67,15 @@ type System struct {
 	cluster    *pcluster.Cluster
 	executor   *actor.PID
 	exec       *executor
+	sampling   *actor.PID
+	samplers   *samplingExecutor
 	stop       chan struct{}
 	wg         sync.WaitGroup
 	facts      sync.Map   // run id → runFacts, for runs that can take work
 	mergeMu    sync.Mutex // one merge of an artifact into its base model at a time
 	vault      *persistence.Vault
 	exportWake chan struct{} // tells the exporter there is work
+	models     models
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every
@@ -85,6 +92,9 @@ func Start(cfg Config) (*System, error) {
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = time.Minute
+	}
+	if cfg.SamplerIdle == 0 {
+		cfg.SamplerIdle = 10 * time.Minute
 	}
 	if cfg.HubEndpoint == "" {
 		cfg.HubEndpoint = hub.DefaultEndpoint
@@ -105,9 +115,12 @@ func Start(cfg Config) (*System, error) {
 	}))
 	s.exec = newExecutor(s)
 	s.executor = s.actors.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s.exec }))
+	s.samplers = newSamplingExecutor(s)
+	s.sampling = s.actors.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s.samplers }))
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: 60 * time.Second},
-		pcluster.NewKind(sessionKind, actor.PropsFromProducer(func() actor.Actor { return &sessionGrain{sys: s} })),
-		pcluster.NewKind(runKind, actor.PropsFromProducer(func() actor.Actor { return &runGrain{sys: s} })))
+		pcluster.NewKind(sessionKind, actor.PropsFromProducer(func() actor.Actor { return &sessionGrain{grain: grain{sys: s}} })),
+		pcluster.NewKind(runKind, actor.PropsFromProducer(func() actor.Actor { return &runGrain{grain: grain{sys: s}} })),
+		pcluster.NewKind(samplerKind, actor.PropsFromProducer(func() actor.Actor { return &samplerGrain{grain: grain{sys: s}} })))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -138,6 +151,7 @@ func (s *System) Stop(ctx context.Context) {
 	close(s.stop)
 	s.wg.Wait()
 	s.exec.drain(ctx)
+	s.samplers.stop()
 	s.cluster.Shutdown(false) // one member: no identities to hand over (graceful waits 2 s for that)
 	s.store.Close()
 }
@@ -205,13 +219,24 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 }
 
 // toExecutor sends a command to this node's executor.
-func (s *System) toExecutor(method string, msg any) {
+func (s *System) toExecutor(method string, msg any) { s.send(s.executor, method, msg) }
+
+// send sends a command to a local actor.
+func (s *System) send(pid *actor.PID, method string, msg any) {
 	body, err := msgpack.Marshal(msg)
 	if err != nil {
-		s.log.Error("encode executor command", "method", method, "err", err)
+		s.log.Error("encode command", "method", method, "err", err)
 		return
 	}
-	s.actors.Root.Send(s.executor, &wire.Call{Method: method, Body: body})
+	s.actors.Root.Send(pid, &wire.Call{Method: method, Body: body})
+}
+
+// toSampling hands a job to the sampling executor.
+func (s *System) toSampling(j *samplingJob) { s.send(s.sampling, "samp.job", j) }
+
+// toSamplingRelease drops a sampler's adapter from the sampling executor.
+func (s *System) toSamplingRelease(samplerID string) {
+	s.send(s.sampling, "samp.release", jobRef{RunID: samplerID})
 }
 
 // handler answers one method of a grain.
@@ -275,10 +300,37 @@ func (s *System) wakeRuns() error {
 			return fmt.Errorf("wake run %s: %w", id, err)
 		}
 	}
+	for _, id := range s.samplersIn(SamplerProvisioning, SamplerSyncing, SamplerReady) {
+		if err := s.call(samplerKind, id, "sampler.wake", struct{}{}, nil); err != nil {
+			return fmt.Errorf("wake sampler %s: %w", id, err)
+		}
+	}
 	return nil
 }
 
-// sweepEvery is how often the node looks for sessions whose lease ran out.
+// samplersIn lists the samplers in one of statuses.
+func (s *System) samplersIn(statuses ...string) []string {
+	var ids []string
+	err := s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Samplers, nil, nil, func(_, raw []byte) (bool, error) {
+			var sm persistence.Sampler
+			if err := persistence.Decode(raw, &sm); err != nil {
+				return false, err
+			}
+			if slices.Contains(statuses, sm.Status) {
+				ids = append(ids, sm.ID)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		s.log.Error("scan samplers", "err", err)
+	}
+	return ids
+}
+
+// sweepEvery is how often the node looks for sessions whose lease ran out
+// and samplers left idle.
 const sweepEvery = 5 * time.Second
 
 func (s *System) sweep() {
@@ -291,6 +343,9 @@ func (s *System) sweep() {
 			return
 		case <-t.C:
 			s.expireSessions()
+			for _, id := range s.samplersIn(SamplerReady) {
+				s.tell(samplerKind, id, "sampler.idle", struct{}{})
+			}
 		}
 	}
 }

@@ -75,7 +75,7 @@ func wait(t *testing.T, s *System, id string) *persistence.Operation {
 
 func submit(t *testing.T, s *System, run string, seq int64, kind string, p json.RawMessage) *persistence.Operation {
 	t.Helper()
-	acc, err := s.Submit(Submission{Tenant: tenant, RunID: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p})
+	acc, err := s.Submit(Submission{Tenant: tenant, Target: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p})
 	if err != nil {
 		t.Fatalf("submit %s seq %d: %v", kind, seq, err)
 	}
@@ -153,7 +153,7 @@ func TestSeqAndIdempotency(t *testing.T) {
 	s := start(t, registry(t), t.TempDir())
 	defer s.Stop(context.Background())
 	_, run := newRun(t, s)
-	sub := Submission{Tenant: tenant, RunID: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: batch(1)}
+	sub := Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: batch(1)}
 	var e *Error
 	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSeqMismatch {
 		t.Fatalf("seq 2 first: %v", err)
@@ -216,7 +216,7 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 
 	offset.Add(int64(11 * time.Second))
-	sub := Submission{Tenant: tenant, RunID: run.ID, SeqID: 2, IdempotencyKey: "late", RequestHash: "h", Kind: "forward", Payload: batch(2)}
+	sub := Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "late", RequestHash: "h", Kind: "forward", Payload: batch(2)}
 	var e *Error
 	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSessionNotReady {
 		t.Fatalf("submission after the lease ended: %v", err)

@@ -212,7 +212,6 @@ func TestErrors(t *testing.T) {
 		{"short revision", "POST", v1 + "/sessions/" + sid + "/runs", map[string]any{"request_id": "r", "base_model": "tiny", "model_revision": "abc"}, 422, "validation_error", nil},
 		{"seq range", "POST", ops, op(0, "k", "forward", batch(1, 4, 1)), 422, "validation_error", nil},
 		{"bad kind", "POST", ops, op(1, "k", "train", batch(1, 4, 1)), 422, "validation_error", nil},
-		{"kind not offered", "POST", ops, op(1, "k", "save_weights_for_sampler", map[string]any{}), 422, "operation_not_supported", nil},
 		{"hash pattern", "POST", ops, `{"seq_id":1,"idempotency_key":"k","kind":"forward","payload":{},"request_hash":"ABC"}`, 422, "validation_error", nil},
 		{"no tokens", "POST", ops, op(1, "k", "forward", map[string]any{"data": []any{map[string]any{"model_input": map[string]any{"token_ids": []int{}}, "loss_fn_inputs": map[string]any{"target_tokens": []int{}}}}}), 422, "validation_error", nil},
 		{"token outside vocab", "POST", ops, op(1, "k", "forward", map[string]any{"data": []any{map[string]any{"model_input": map[string]any{"token_ids": []int{1, 100000}}, "loss_fn_inputs": map[string]any{"target_tokens": []int{1, 2}}}}}), 422, "token_out_of_range", nil},

@@ -192,7 +192,8 @@ func (b *runBody) request(t persistence.Tenant, sessionID string) actors.NewRun 
 	return r
 }
 
-// opBody is POST /v1/training/runs/{id}/operations.
+// opBody is POST /v1/training/runs/{id}/operations and
+// /v1/training/samplers/{id}/operations.
 type opBody struct {
 	SeqID          *int64          `json:"seq_id"`
 	IdempotencyKey *string         `json:"idempotency_key"`
@@ -201,13 +202,19 @@ type opBody struct {
 	Payload        json.RawMessage `json:"payload"`
 }
 
-func (b *opBody) check() error {
+// The operation kinds each endpoint takes.
+var (
+	runKinds = []string{payload.Forward, payload.ForwardBackward, payload.Sample, payload.OptimStep,
+		payload.SaveState, payload.LoadState, payload.SaveWeightsForSampler, payload.ExportLoRA}
+	samplerKinds = []string{payload.Sample, payload.Logprobs}
+)
+
+func (b *opBody) check(kinds []string) error {
 	err := first(required(b.SeqID, "seq_id"), rangeInt(b.SeqID, "seq_id", 1, 2147483647),
 		required(b.IdempotencyKey, "idempotency_key"), length(b.IdempotencyKey, "idempotency_key", 1, 200),
 		required(b.RequestHash, "request_hash"),
 		required(b.Kind, "kind"),
-		oneOf(b.Kind, "kind", payload.Forward, payload.ForwardBackward, payload.Sample, payload.OptimStep,
-			payload.SaveState, payload.LoadState, payload.SaveWeightsForSampler, payload.ExportLoRA))
+		oneOf(b.Kind, "kind", kinds...))
 	if err != nil {
 		return err
 	}

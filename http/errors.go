@@ -54,6 +54,7 @@ var statuses = map[string]int{
 	actors.CodeArtifactRetired:        fasthttp.StatusConflict,
 	actors.CodeRunNotTerminal:         fasthttp.StatusConflict,
 	actors.CodeNotEligible:            fasthttp.StatusUnprocessableEntity,
+	actors.CodeSamplerNotServing:      fasthttp.StatusConflict,
 	actors.CodeTokenRefused:           fasthttp.StatusUnprocessableEntity,
 	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
 	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,

@@ -125,34 +125,38 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 	return nil
 }
 
-func (s *Server) submit(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
-	if err != nil {
-		return err
+// submitTo answers an operation submission to the run or sampler in path
+// parameter param: 202 with the durable operation handle.
+func submitTo(param, prefix, what string, kinds []string, submit func(actors.Submission) (*actors.Accepted, error)) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		id, err := pathID(ctx, param, prefix, what)
+		if err != nil {
+			return err
+		}
+		var b opBody
+		body, err := decodeBody(ctx, &b)
+		if err != nil {
+			return err
+		}
+		if err := b.check(kinds); err != nil {
+			return err
+		}
+		canon, err := jcs.Canonical(body, "request_hash")
+		if err != nil {
+			return &actors.Error{Code: codeMalformed, Message: err.Error()}
+		}
+		if want := sha256Hex(canon); want != *b.RequestHash {
+			return &actors.Error{Code: codeHashMismatch, Message: fmt.Sprintf(
+				"request_hash is not the SHA-256 of the RFC 8785 canonical JSON of the body without request_hash (the server computed %s)", want)}
+		}
+		acc, err := submit(actors.Submission{Tenant: t, Target: id, SeqID: *b.SeqID, IdempotencyKey: *b.IdempotencyKey,
+			RequestHash: *b.RequestHash, Kind: *b.Kind, Payload: b.Payload})
+		if err != nil {
+			return err
+		}
+		write(ctx, fasthttp.StatusAccepted, &acc.Op)
+		return nil
 	}
-	var b opBody
-	body, err := decodeBody(ctx, &b)
-	if err != nil {
-		return err
-	}
-	if err := b.check(); err != nil {
-		return err
-	}
-	canon, err := jcs.Canonical(body, "request_hash")
-	if err != nil {
-		return &actors.Error{Code: codeMalformed, Message: err.Error()}
-	}
-	if want := sha256Hex(canon); want != *b.RequestHash {
-		return &actors.Error{Code: codeHashMismatch, Message: fmt.Sprintf(
-			"request_hash is not the SHA-256 of the RFC 8785 canonical JSON of the body without request_hash (the server computed %s)", want)}
-	}
-	acc, err := s.sys.Submit(actors.Submission{Tenant: t, RunID: id, SeqID: *b.SeqID, IdempotencyKey: *b.IdempotencyKey,
-		RequestHash: *b.RequestHash, Kind: *b.Kind, Payload: b.Payload})
-	if err != nil {
-		return err
-	}
-	write(ctx, fasthttp.StatusAccepted, &acc.Op)
-	return nil
 }
 
 // control is finish and cancel: 202 with the operation that records the

@@ -82,6 +82,9 @@ type Run struct {
 	Steps       int64 `msgpack:"steps" json:"-"`
 	// Retired: the run's artifact prefix was removed (retire).
 	Retired bool `msgpack:"retired" json:"-"`
+	// WeightsSeq is the StateSeq at which LatestWeightVersion was saved: a
+	// run-scoped sample saves a new version only when the trainer moved.
+	WeightsSeq int64 `msgpack:"weights_seq" json:"-"`
 }
 
 // Head is the part of a run's state that changes with every operation,
@@ -244,4 +247,21 @@ type Export struct {
 	ErrorMessage     string    `msgpack:"error_message" json:"error_message,omitempty"`
 	CreatedAt        time.Time `msgpack:"created_at" json:"created_at"`
 	UpdatedAt        time.Time `msgpack:"updated_at" json:"updated_at"`
+}
+
+// Sampler is a run's sampler: it serves sample and logprobs operations, in
+// its own seq_id order, on the run's saved weights (a weight version).
+type Sampler struct {
+	ID                  string    `msgpack:"id" json:"id"`
+	Tenant              Tenant    `msgpack:"tenant" json:"-"`
+	SessionID           string    `msgpack:"session_id" json:"session_id"`
+	RunID               string    `msgpack:"run_id" json:"run_id"`
+	BaseModel           string    `msgpack:"base_model" json:"-"`
+	Status              string    `msgpack:"status" json:"status"`
+	SyncedWeightVersion int64     `msgpack:"synced_weight_version" json:"synced_weight_version"`
+	NextSeqID           int64     `msgpack:"next_seq_id" json:"next_seq_id"` // authoritative in the sampler's Head
+	ErrorCode           string    `msgpack:"error_code" json:"error_code,omitempty"`
+	LastActivityAt      time.Time `msgpack:"last_activity_at" json:"last_activity_at"`
+	CreatedAt           time.Time `msgpack:"created_at" json:"created_at"`
+	UpdatedAt           time.Time `msgpack:"updated_at" json:"updated_at"`
 }

@@ -36,9 +36,10 @@ const (
 	Artifacts   Bucket = "artifacts"   // run id + seq of the export_lora → Artifact
 	Credentials Bucket = "credentials" // credential id → Credential
 	Exports     Bucket = "exports"     // export id → Export
+	Samplers    Bucket = "samplers"    // sampler id → Sampler
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers}
 
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")

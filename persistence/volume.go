@@ -37,6 +37,12 @@ func (v Volume) InitialDir(runID string) string {
 	return filepath.Join(v.root, "runs", runID, "initial")
 }
 
+// WeightsDir holds the adapter of a run's weight version, saved for its
+// sampler (save_weights_for_sampler, or a run-scoped sample).
+func (v Volume) WeightsDir(runID string, version int64) string {
+	return filepath.Join(v.root, "runs", runID, "weights", strconv.FormatInt(version, 10))
+}
+
 // ArtifactPrefix is a run's folder on the artifact volume.
 func (v Volume) ArtifactPrefix(runID string) string {
 	return filepath.Join(v.root, "artifacts", runID)

@@ -25,11 +25,10 @@ const (
 // Order is the service's own provider order for provider "auto".
 var Order = []string{A, B}
 
-// Operations a run accepts, and a sampler: the primitives this node runs
-// today (sampler weights and sampling come with the samplers).
+// Operations a run accepts, and a sampler.
 var (
-	Operations        = []string{"forward", "forward_backward", "optim_step", "save_state", "load_state", "export_lora"}
-	SamplerOperations = []string{}
+	Operations        = []string{"forward", "forward_backward", "optim_step", "save_state", "load_state", "save_weights_for_sampler", "export_lora", "sample"}
+	SamplerOperations = []string{"sample", "logprobs"}
 )
 
 // Profile is one resource profile of a capability row.

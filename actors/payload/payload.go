@@ -15,9 +15,11 @@ import (
 
 	json "github.com/goccy/go-json"
 
+	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/loss"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/optim"
+	"github.com/wts-project/wts/kernels/sampler"
 	"github.com/wts-project/wts/kernels/train"
 )
 
@@ -31,6 +33,7 @@ const (
 	SaveWeightsForSampler = "save_weights_for_sampler"
 	ExportLoRA            = "export_lora"
 	Sample                = "sample"
+	Logprobs              = "logprobs"
 	Finish                = "finish"
 	Cancel                = "cancel"
 )
@@ -217,8 +220,8 @@ func (s *Step) Params() optim.Params {
 	return p
 }
 
-// Parsed is a decoded, schema-checked payload: *Batch, *Step, *Save, *Load
-// or *Export.
+// Parsed is a decoded, schema-checked payload: *Batch, *Step, *Save, *Load,
+// *Export, *SaveWeights, *SamplePayload or *LogprobsPayload.
 type Parsed any
 
 // Parse strictly decodes and schema-checks the payload of a kind. A kind
@@ -261,6 +264,24 @@ func Parse(kind string, raw []byte) (Parsed, error) {
 			return nil, &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
 		}
 		return &v, nil
+	case Sample:
+		var v SamplePayload
+		if err := Strict(raw, &v, "payload"); err != nil {
+			return nil, err
+		}
+		return &v, v.check()
+	case Logprobs:
+		var v LogprobsPayload
+		if err := Strict(raw, &v, "payload"); err != nil {
+			return nil, err
+		}
+		if err := v.Input.Check("payload.input"); err != nil {
+			return nil, err
+		}
+		return &v, checkVersion(v.RequiredWeightVersion)
+	case SaveWeightsForSampler:
+		var v SaveWeights
+		return &v, Strict(raw, &v, "payload")
 	case ExportLoRA:
 		var v Export
 		if err := Strict(raw, &v, "payload"); err != nil {
@@ -324,6 +345,16 @@ func (b *Batch) Datums() []train.Datum {
 // the vocabulary, sequences inside the context. It returns the engine's
 // error (which carries a kerr code).
 func CheckModel(p Parsed, c model.Config) error {
+	switch p := p.(type) {
+	case *SamplePayload:
+		q := p.Request()
+		return q.Validate(c.Vocab, c.MaxPos)
+	case *LogprobsPayload:
+		if n := len(p.Input.TokenIDs); n > c.MaxPos {
+			return fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, n, c.MaxPos)
+		}
+		return sampler.CheckTokens(p.Input.TokenIDs, c.Vocab)
+	}
 	b, ok := p.(*Batch)
 	if !ok {
 		return nil
@@ -349,6 +380,104 @@ type Load struct {
 // Export is the payload of export_lora.
 type Export struct {
 	CheckpointID string `json:"checkpoint_id"` // export this checkpoint; empty: the run's current weights
+}
+
+// SaveWeights is the (empty) payload of save_weights_for_sampler.
+type SaveWeights struct{}
+
+// SamplingParams are the spec's sampling parameters.
+type SamplingParams struct {
+	MaxTokens    *int     `json:"max_tokens"`
+	Temperature  *float64 `json:"temperature"`
+	TopP         *float64 `json:"top_p"`
+	TopK         *int     `json:"top_k"`
+	MinP         *float64 `json:"min_p"`
+	Seed         *int64   `json:"seed"`
+	StopTokenIDs []int    `json:"stop_token_ids"`
+}
+
+// SamplePayload is the payload of sample (sampler- or run-scoped).
+type SamplePayload struct {
+	Prompt                *ModelInput     `json:"prompt"`
+	Parameters            *SamplingParams `json:"parameters"`
+	NumSamples            *int            `json:"num_samples"`
+	IncludePromptLogprobs bool            `json:"include_prompt_logprobs"`
+	TopKPromptLogprobs    int             `json:"topk_prompt_logprobs"`
+	RequiredWeightVersion *int64          `json:"required_weight_version"`
+}
+
+// LogprobsPayload is the payload of logprobs.
+type LogprobsPayload struct {
+	Input                 *ModelInput `json:"input"`
+	RequiredWeightVersion *int64      `json:"required_weight_version"`
+}
+
+// Request is the sample payload as the engine's request.
+func (p *SamplePayload) Request() sampler.Request {
+	q := p.Parameters
+	params := sampler.Params{MaxTokens: *q.MaxTokens, Temperature: *q.Temperature, TopP: *q.TopP, TopK: *q.TopK, StopTokenIDs: q.StopTokenIDs}
+	if q.MinP != nil {
+		params.MinP = *q.MinP
+	}
+	if q.Seed != nil {
+		seed := uint64(*q.Seed)
+		params.Seed = &seed
+	}
+	return sampler.Request{Prompt: p.Prompt.TokenIDs, Params: params, NumSamples: *p.NumSamples,
+		IncludePromptLogprobs: p.IncludePromptLogprobs, TopKPromptLogprobs: p.TopKPromptLogprobs}
+}
+
+// Required is the weight version a sampler operation waits for, if any.
+func Required(p Parsed) *int64 {
+	switch p := p.(type) {
+	case *SamplePayload:
+		return p.RequiredWeightVersion
+	case *LogprobsPayload:
+		return p.RequiredWeightVersion
+	}
+	return nil
+}
+
+func (p *SamplePayload) check() error {
+	if err := p.Prompt.Check("payload.prompt"); err != nil {
+		return err
+	}
+	q := p.Parameters
+	switch {
+	case q == nil:
+		return &Invalid{"payload.parameters", "is required"}
+	case p.NumSamples == nil || *p.NumSamples < 1 || *p.NumSamples > sampler.MaxSamples:
+		return &Invalid{"payload.num_samples", fmt.Sprintf("is required, 1 to %d", sampler.MaxSamples)}
+	case p.TopKPromptLogprobs < 0 || p.TopKPromptLogprobs > sampler.MaxTopKPromptLogp:
+		return &Invalid{"payload.topk_prompt_logprobs", fmt.Sprintf("must be 0 to %d", sampler.MaxTopKPromptLogp)}
+	case q.MaxTokens == nil || *q.MaxTokens < 1 || *q.MaxTokens > sampler.MaxNewTokens:
+		return &Invalid{"payload.parameters.max_tokens", fmt.Sprintf("is required, 1 to %d", sampler.MaxNewTokens)}
+	case q.Temperature == nil || !(*q.Temperature >= 0 && *q.Temperature <= 2):
+		return &Invalid{"payload.parameters.temperature", "is required, 0 to 2"}
+	case q.TopP == nil || !(*q.TopP >= 0 && *q.TopP <= 1):
+		return &Invalid{"payload.parameters.top_p", "is required, 0 to 1"}
+	case q.TopK == nil || *q.TopK < -1:
+		return &Invalid{"payload.parameters.top_k", "is required, >= -1"}
+	case q.MinP != nil && !(*q.MinP >= 0 && *q.MinP <= 1):
+		return &Invalid{"payload.parameters.min_p", "must be 0 to 1"}
+	case q.Seed != nil && *q.Seed < 0:
+		return &Invalid{"payload.parameters.seed", "must be >= 0 or null"}
+	case len(q.StopTokenIDs) > sampler.MaxStopTokens:
+		return &Invalid{"payload.parameters.stop_token_ids", fmt.Sprintf("at most %d items", sampler.MaxStopTokens)}
+	}
+	for i, t := range q.StopTokenIDs {
+		if t < 0 {
+			return &Invalid{fmt.Sprintf("payload.parameters.stop_token_ids[%d]", i), "must be >= 0"}
+		}
+	}
+	return checkVersion(p.RequiredWeightVersion)
+}
+
+func checkVersion(v *int64) error {
+	if v != nil && *v < 0 {
+		return &Invalid{"payload.required_weight_version", "must be >= 0 or null"}
+	}
+	return nil
 }
 
 // MaxName bounds a checkpoint's name.

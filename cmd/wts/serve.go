@@ -55,6 +55,7 @@ func serveCmd(args []string) error {
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long executing work may take to finish")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
+	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
 	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,7 +83,7 @@ func serveCmd(args []string) error {
 		m, _ := catalog.Lookup(n)
 		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
 	}
-	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint})
+	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle})
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (q *Request) Validate(vocab, maxPos int) error {
 	if err := q.Params.Validate(vocab); err != nil {
 		return err
 	}
-	if err := checkTokens(q.Prompt, vocab); err != nil {
+	if err := CheckTokens(q.Prompt, vocab); err != nil {
 		return err
 	}
 	if n := len(q.Prompt) + q.Params.MaxTokens; n > maxPos {
@@ -72,7 +72,8 @@ func (q *Request) Validate(vocab, maxPos int) error {
 	return nil
 }
 
-func checkTokens(toks []int, vocab int) error {
+// CheckTokens refuses a token id outside the vocabulary.
+func CheckTokens(toks []int, vocab int) error {
 	for _, t := range toks {
 		if t < 0 || t >= vocab {
 			return fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, t, vocab)
@@ -227,7 +228,7 @@ func Logprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], inp
 	if len(input) == 0 {
 		return nil, fmt.Errorf("%w: input has no tokens", kerr.ErrEmptyInput)
 	}
-	if err := checkTokens(input, c.Vocab); err != nil {
+	if err := CheckTokens(input, c.Vocab); err != nil {
 		return nil, err
 	}
 	if len(input) > c.MaxPos {

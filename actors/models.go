@@ -1,0 +1,40 @@
+package actors
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/transformer"
+)
+
+// models loads each catalog model once per node: the trainer's executor
+// and the samplers' share its weights, which nothing writes after loading.
+type models struct {
+	mu     sync.Mutex
+	loaded map[string]*transformer.Model[float32]
+}
+
+// model returns the catalog model name, loading it the first time.
+func (s *System) model(name string) (*transformer.Model[float32], error) {
+	s.models.mu.Lock()
+	defer s.models.mu.Unlock()
+	if m := s.models.loaded[name]; m != nil {
+		return m, nil
+	}
+	entry, ok := s.cfg.Registry.Catalog().Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not in the catalog", kerr.ErrBadModel, name)
+	}
+	w, err := model.Load(entry.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if s.models.loaded == nil {
+		s.models.loaded = map[string]*transformer.Model[float32]{}
+	}
+	m := transformer.New(w)
+	s.models.loaded[name] = m
+	return m, nil
+}

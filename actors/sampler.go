@@ -1,0 +1,475 @@
+package actors
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/persistence"
+)
+
+const samplerKind = "sampler"
+
+// SamplerPrefix is in ids.go; a run's sampler id is derived from the run's
+// (a run has one sampler), so the trainer can name it before it exists.
+func samplerID(runID string) string { return SamplerPrefix + runID[len(RunPrefix):] }
+
+// Codes of sampler operations.
+const (
+	CodeUnreachable       = "weight_version_unreachable"
+	CodeSamplerNotServing = "sampler_not_accepting"
+)
+
+// samplerGrain owns one sampler: it accepts sample and logprobs operations
+// in the sampler's own seq_id order, keeps them parked until the sampler
+// holds the weight version they require, runs them one at a time on the
+// sampling executor, and follows the run's saved weights (syncing to each
+// new version). It also serves its run's run-scoped samples, which are the
+// run's operations: it only runs them and reports to the run.
+type samplerGrain struct {
+	grain
+	rec       *persistence.Sampler
+	epoch     uint64
+	queue     []int64        // accepted, not started, in seq order (pending or parked)
+	executing int64          // the sampler operation on the executor, 0 if none
+	syncing   int64          // the weight version a sync in flight loads, 0 if none
+	latest    int64          // the run's latest weight version
+	runEnded  bool           // the run is terminal: latest is final
+	forRun    []*samplingJob // run-scoped samples waiting for their weight version
+}
+
+func (g *samplerGrain) Receive(ctx actor.Context) {
+	if g.methods == nil {
+		g.methods = map[string]handler{
+			"sampler.submit":         g.submit,
+			"sampler.weights":        g.weights,
+			"sampler.synced":         g.synced,
+			"sampler.exec_done":      g.execDone,
+			"sampler.sample_for_run": g.sampleForRun,
+			"sampler.idle":           g.idle,
+			"sampler.run_ended":      g.runEnd,
+			"sampler.retire":         g.retire,
+			"sampler.wake":           awake,
+		}
+	}
+	g.receive(ctx, g.activate, g.kick)
+}
+
+// activate takes the sampler's lease and recovers: an operation found
+// executing was cut off and fails as interrupted (sampling changes nothing,
+// so nothing else is affected); pending and parked ones queue again.
+func (g *samplerGrain) activate() error {
+	var run persistence.Run
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		r := new(persistence.Sampler)
+		if ok, err := tx.Get(persistence.Samplers, []byte(g.id), r); err != nil || !ok {
+			if err == nil {
+				err = notFound("sampler", g.id)
+			}
+			return err
+		}
+		if _, err := tx.Get(persistence.Runs, []byte(r.RunID), &run); err != nil {
+			return err
+		}
+		h, lerr := takeLease(tx, g.id)
+		if lerr != nil {
+			return lerr
+		}
+		g.epoch, r.NextSeqID = h.Epoch, h.NextSeqID
+		g.queue = g.queue[:0]
+		now := g.sys.now()
+		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
+			switch op.Status {
+			case OpExecuting:
+				settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+				return tx.Put(persistence.Ops, persistence.SeqKey(g.id, op.SeqID), op)
+			case OpPending, OpParked:
+				g.queue = append(g.queue, op.SeqID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		g.rec = r
+		return nil
+	})
+	g.latest, g.runEnded = run.LatestWeightVersion, Terminal(RunMoves, run.Status)
+	return err
+}
+
+// write commits fn's changes to a copy of the sampler record, fenced by the
+// activation's epoch, and makes the copy the grain's once durable.
+func (g *samplerGrain) write(fn func(tx *persistence.Tx, r *persistence.Sampler) error) error {
+	var next *persistence.Sampler
+	err := headTx(g.sys, g.id, g.epoch, func(tx *persistence.Tx) (int64, error) {
+		r := *g.rec
+		if err := fn(tx, &r); err != nil {
+			return 0, err
+		}
+		r.UpdatedAt = g.sys.now()
+		next = &r
+		return r.NextSeqID, tx.Put(persistence.Samplers, []byte(g.id), &r)
+	})
+	if err == nil {
+		g.rec = next
+	}
+	return err
+}
+
+func (g *samplerGrain) submit(_ actor.Context, body []byte) (any, error) {
+	sub, key, acc, err := g.admit(body, g.rec.Tenant, "sampler")
+	if err != nil || acc != nil {
+		return acc, err
+	}
+	if g.rec.Status == SamplerRetired {
+		return nil, refuse(CodeSamplerNotServing, "sampler %s is retired", g.id)
+	}
+	if sub.SeqID != g.rec.NextSeqID {
+		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the sampler's next_seq_id %d", sub.SeqID, g.rec.NextSeqID)
+	}
+	parsed, err := payload.Parse(sub.Kind, sub.Payload)
+	if err != nil {
+		return nil, err
+	}
+	required := payload.Required(parsed)
+	var op *persistence.Operation
+	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		now := g.sys.now()
+		op = &persistence.Operation{
+			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
+			Kind: sub.Kind, Status: OpPending, CreatedAt: now, UpdatedAt: now,
+			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload,
+		}
+		switch {
+		case required != nil && *required > g.latest && g.runEnded:
+			settle(op, OpFailed, CodeUnreachable, fmt.Sprintf(
+				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now)
+		case required != nil && *required > r.SyncedWeightVersion:
+			op.Status = OpParked
+		}
+		r.NextSeqID++
+		r.LastActivityAt = now
+		return putAccepted(tx, g.id, op, key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.sys.cfg.Metrics.Accepted(sub.Kind)
+	if op.Status != OpFailed {
+		g.queue = append(g.queue, op.SeqID)
+	}
+	g.kick()
+	return handle(op, true), nil
+}
+
+// weightsUpdate tells a sampler of its run's new latest weight version.
+type weightsUpdate struct{ Version int64 }
+
+func (g *samplerGrain) weights(_ actor.Context, body []byte) (any, error) {
+	w, err := decode[weightsUpdate](body)
+	if err != nil {
+		return nil, err
+	}
+	g.latest = max(g.latest, w.Version)
+	g.kick()
+	return struct{}{}, nil
+}
+
+// runEnd is the run's end: its latest version is final, so parked
+// operations that want more can never run.
+func (g *samplerGrain) runEnd(_ actor.Context, body []byte) (any, error) {
+	w, err := decode[weightsUpdate](body)
+	if err != nil {
+		return nil, err
+	}
+	g.latest, g.runEnded = max(g.latest, w.Version), true
+	g.failUnreachable()
+	g.kick()
+	return struct{}{}, nil
+}
+
+// failUnreachable fails the queued operations whose required version is
+// past the ended run's last one.
+func (g *samplerGrain) failUnreachable() {
+	var left []int64
+	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+		left = left[:0]
+		now := g.sys.now()
+		for _, seq := range g.queue {
+			op := new(persistence.Operation)
+			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+			req := required(op)
+			if req == nil || *req <= g.latest {
+				left = append(left, seq)
+				continue
+			}
+			settle(op, OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
+			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.id, "err", err)
+		return
+	}
+	g.queue = left
+}
+
+// required is the weight version a stored sampler operation waits for.
+func required(op *persistence.Operation) *int64 {
+	p, err := payload.Parse(op.Kind, op.Payload)
+	if err != nil {
+		return nil
+	}
+	return payload.Required(p)
+}
+
+// kick moves the sampler on: it syncs to the run's latest weights when
+// behind (or when released), unparks what the synced version satisfies,
+// and starts the next run-scoped sample or, in seq order, operation.
+func (g *samplerGrain) kick() {
+	if g.err != nil || g.rec.Status == SamplerRetired || g.syncing != 0 {
+		return
+	}
+	if g.latest > 0 && (g.latest > g.rec.SyncedWeightVersion || g.rec.Status == SamplerAbsent || g.rec.Status == SamplerProvisioning) &&
+		(g.rec.Status != SamplerFailed || g.latest > g.rec.SyncedWeightVersion) {
+		g.sync(g.latest)
+		return
+	}
+	if g.rec.Status != SamplerReady {
+		return
+	}
+	// Run-scoped samples go as soon as the sampler holds their version: they
+	// are the run's operations, ordered by the run, not by this queue.
+	waiting := g.forRun[:0]
+	for _, j := range g.forRun {
+		if j.Version > g.rec.SyncedWeightVersion {
+			waiting = append(waiting, j)
+			continue
+		}
+		j.Version = g.rec.SyncedWeightVersion
+		g.sys.toSampling(j)
+	}
+	g.forRun = waiting
+	if g.executing != 0 || len(g.queue) == 0 {
+		return
+	}
+	seq := g.queue[0]
+	var op *persistence.Operation
+	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		op = new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+			return err
+		}
+		if req := required(op); req != nil && *req > r.SyncedWeightVersion {
+			return nil // parked: the sampler follows the run and will get there
+		}
+		op.Status, op.UpdatedAt = OpExecuting, g.sys.now()
+		r.LastActivityAt = op.UpdatedAt
+		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op)
+	})
+	if err != nil {
+		g.sys.log.Error("start sampler operation", "sampler", g.id, "seq", seq, "err", err)
+		return
+	}
+	if op.Status != OpExecuting {
+		return
+	}
+	g.queue, g.executing = g.queue[1:], seq
+	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+		Epoch: g.epoch, SeqID: seq, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.id})
+}
+
+// sync loads version into the sampling executor: syncing from ready,
+// provisioning from absent (or at creation).
+func (g *samplerGrain) sync(version int64) {
+	err := g.write(func(_ *persistence.Tx, r *persistence.Sampler) error {
+		switch r.Status {
+		case SamplerReady, SamplerFailed:
+			return move(SamplerMoves, &r.Status, SamplerSyncing)
+		case SamplerAbsent:
+			return move(SamplerMoves, &r.Status, SamplerProvisioning)
+		}
+		return nil // provisioning or syncing already (an activation after a crash)
+	})
+	if err != nil {
+		g.sys.log.Error("sampler sync", "sampler", g.id, "err", err)
+		return
+	}
+	g.syncing = version
+	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
+}
+
+func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
+	s, err := decode[synced](body)
+	if err != nil || s.Epoch != g.epoch || s.Version != g.syncing {
+		return nil, err
+	}
+	g.syncing = 0
+	var unparked []int64
+	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		unparked = unparked[:0]
+		if s.Code != "" {
+			r.ErrorCode = s.Code
+			return move(SamplerMoves, &r.Status, SamplerFailed)
+		}
+		r.SyncedWeightVersion, r.ErrorCode = s.Version, ""
+		if err := move(SamplerMoves, &r.Status, SamplerReady); err != nil {
+			return err
+		}
+		now := g.sys.now()
+		for _, seq := range g.queue {
+			op := new(persistence.Operation)
+			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+			if req := required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
+				op.Status, op.UpdatedAt = OpPending, now
+				if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+					return err
+				}
+				unparked = append(unparked, seq)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.Code != "" {
+		g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
+	}
+	g.kick()
+	return nil, nil
+}
+
+func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
+	d, err := decode[done](body)
+	if err != nil {
+		return nil, err
+	}
+	if d.Epoch != g.epoch || d.SeqID != g.executing {
+		return nil, nil
+	}
+	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op); err != nil {
+			return err
+		}
+		now := g.sys.now()
+		settle(op, d.Status, d.Code, d.Message, now)
+		op.Result = d.Result
+		r.LastActivityAt = now
+		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record sampler operation %d: %w", d.SeqID, err)
+	}
+	g.executing = 0
+	g.kick()
+	return nil, nil
+}
+
+// runSample is a run-scoped sample handed over by the run: sample at the
+// given weight version (at least) and report to the run.
+type runSample struct {
+	RunEpoch uint64
+	SeqID    int64
+	Payload  json.RawMessage
+	Version  int64
+}
+
+func (g *samplerGrain) sampleForRun(_ actor.Context, body []byte) (any, error) {
+	rs, err := decode[runSample](body)
+	if err != nil {
+		return nil, err
+	}
+	g.latest = max(g.latest, rs.Version)
+	g.forRun = append(g.forRun, &samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
+		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ReplyKind: runKind, ReplyID: g.rec.RunID})
+	g.kick()
+	return struct{}{}, nil
+}
+
+// idle releases a sampler nobody has used for a while: its adapter leaves
+// the executor's memory (status absent) and comes back on the next demand.
+func (g *samplerGrain) idle(actor.Context, []byte) (any, error) {
+	if g.rec.Status != SamplerReady || g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 ||
+		g.sys.now().Sub(g.rec.LastActivityAt) < g.sys.cfg.SamplerIdle {
+		return struct{}{}, nil
+	}
+	err := g.write(func(_ *persistence.Tx, r *persistence.Sampler) error {
+		return move(SamplerMoves, &r.Status, SamplerAbsent)
+	})
+	if err == nil {
+		g.sys.toSamplingRelease(g.id)
+	}
+	return struct{}{}, err
+}
+
+// GetSampler reads a sampler.
+func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampler, error) {
+	read := func(tx *persistence.Tx, id string, v *persistence.Sampler) (bool, error) {
+		ok, err := tx.Get(persistence.Samplers, []byte(id), v)
+		if ok && err == nil {
+			var h persistence.Head
+			_, err = tx.Get(persistence.Heads, []byte(id), &h)
+			v.NextSeqID = h.NextSeqID
+		}
+		return ok, err
+	}
+	return get(s, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
+}
+
+// SubmitToSampler checks a sampler operation against the sampler's model
+// and capability, then hands it to the sampler's grain.
+func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
+	sm, err := s.GetSampler(sub.Tenant, sub.Target)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := s.GetSession(sub.Tenant, sm.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.checkPayload(sub, s.cfg.Registry.Row(ss.Provider).SamplerOperations, sm.BaseModel); err != nil {
+		return nil, err
+	}
+	var out Accepted
+	return &out, s.call(samplerKind, sub.Target, "sampler.submit", sub, &out)
+}
+
+// retire ends the sampler with its run: queued operations are cancelled,
+// its adapter leaves memory, and it takes no more work.
+func (g *samplerGrain) retire(actor.Context, []byte) (any, error) {
+	if g.rec.Status == SamplerRetired {
+		return struct{}{}, nil
+	}
+	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		now := g.sys.now()
+		for _, seq := range g.queue {
+			op := new(persistence.Operation)
+			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+			settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
+			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+		}
+		return move(SamplerMoves, &r.Status, SamplerRetired)
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.queue, g.forRun = nil, nil
+	g.sys.toSamplingRelease(g.id)
+	return struct{}{}, nil
+}
