@@ -20,13 +20,33 @@ import (
 // sampler's adapter at one weight version beside the shared base model;
 // a sampler released for idleness drops its adapter, and the next job loads
 // it again.
+//
+// Sample requests decode together (continuous batching): every step of its
+// worker advances every request in flight, of every sampler on the same
+// base model, by one token in one batched pass (sampler.Step), and a
+// request that arrives joins at the next step.
 type samplingExecutor struct {
 	sys  *System
-	jobs chan func()
+	cmds chan samplingCmd
 	done chan struct{}
 
 	// Owned by the worker goroutine.
-	held map[string]*heldAdapter // sampler id → its adapter in memory
+	held   map[string]*heldAdapter // sampler id → its adapter in memory
+	flying []*flight               // sample requests decoding
+}
+
+// samplingCmd is a job, or (release set) the release of a sampler's
+// adapter.
+type samplingCmd struct {
+	job     *samplingJob
+	release string
+}
+
+// flight is a sample request decoding.
+type flight struct {
+	job    *samplingJob
+	stream *sampler.Stream
+	start  time.Time
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -62,14 +82,163 @@ type synced struct {
 }
 
 func newSamplingExecutor(s *System) *samplingExecutor {
-	e := &samplingExecutor{sys: s, jobs: make(chan func(), 1024), done: make(chan struct{}), held: map[string]*heldAdapter{}}
-	go func() {
-		defer close(e.done)
-		for fn := range e.jobs {
-			fn()
-		}
-	}()
+	e := &samplingExecutor{sys: s, cmds: make(chan samplingCmd, 1024), done: make(chan struct{}), held: map[string]*heldAdapter{}}
+	go e.work()
 	return e
+}
+
+// work takes commands and steps the requests in flight: when none is
+// decoding it waits for a command; otherwise it takes whatever has arrived
+// and decodes one more token for everything in flight.
+func (e *samplingExecutor) work() {
+	defer close(e.done)
+	ar := transformer.NewArena[float32]()
+	open := true
+	for open || len(e.flying) > 0 {
+		if len(e.flying) == 0 {
+			c, ok := <-e.cmds
+			if !ok {
+				return
+			}
+			e.take(c)
+		}
+	drain:
+		for open {
+			select {
+			case c, ok := <-e.cmds:
+				if !ok {
+					open = false
+					break drain
+				}
+				e.take(c)
+			default:
+				break drain
+			}
+		}
+		e.step(ar)
+	}
+}
+
+// take carries out a command: a sync or a logprobs at once, a sample by
+// joining the requests in flight.
+func (e *samplingExecutor) take(c samplingCmd) {
+	if c.release != "" {
+		delete(e.held, c.release)
+		return
+	}
+	j := c.job
+	start := time.Now()
+	h, err := e.adapter(j)
+	switch {
+	case j.Kind == "":
+		rep := synced{Epoch: j.Epoch, Version: j.Version}
+		if err != nil {
+			f := failure(context.Background(), err)
+			rep.Code, rep.Message = f.Code, f.Message
+		}
+		e.sys.tell(samplerKind, j.SamplerID, "sampler.synced", rep)
+		return
+	case err != nil:
+		e.report(j, failure(context.Background(), err), start)
+		return
+	}
+	p, err := payload.Parse(j.Kind, j.Payload)
+	if err != nil {
+		e.report(j, failure(context.Background(), err), start)
+		return
+	}
+	switch p := p.(type) {
+	case *payload.SamplePayload:
+		s, err := sampler.Start(h.model, h.frozen, p.Request())
+		if err != nil {
+			e.report(j, failure(context.Background(), err), start)
+			return
+		}
+		e.flying = append(e.flying, &flight{job: j, stream: s, start: start})
+	case *payload.LogprobsPayload:
+		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
+		if err != nil {
+			e.report(j, failure(context.Background(), err), start)
+			return
+		}
+		e.report(j, succeeded(logprobsResult{lps, j.Version}, int64(len(p.Input.TokenIDs))), start)
+	default:
+		e.report(j, failure(context.Background(), fmt.Errorf("sampler: no primitive for %s", j.Kind)), start)
+	}
+}
+
+// step decodes one token for every request in flight (all on one base
+// model today: each catalog model would step on its own) and reports the
+// requests that finished.
+func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
+	var streams []*sampler.Stream
+	for _, f := range e.flying {
+		if !f.stream.Done() {
+			streams = append(streams, f.stream)
+		}
+	}
+	var err error
+	if len(streams) > 0 {
+		err = stepByModel(streams, ar)
+	}
+	left := e.flying[:0]
+	for _, f := range e.flying {
+		switch {
+		case err != nil:
+			e.report(f.job, failure(context.Background(), err), f.start)
+		case f.stream.Done():
+			res := f.stream.Result()
+			tokens := int64(0)
+			for _, s := range res.Sequences {
+				tokens += int64(len(s.Tokens))
+			}
+			e.report(f.job, succeeded(sampleResult{res, f.job.Version}, tokens), f.start)
+		default:
+			left = append(left, f)
+		}
+	}
+	clear(e.flying[len(left):])
+	e.flying = left
+}
+
+// stepByModel steps streams together, one batched pass per base model.
+func stepByModel(streams []*sampler.Stream, ar *transformer.Arena[float32]) error {
+	byModel := map[*transformer.Model[float32]][]*sampler.Stream{}
+	var order []*transformer.Model[float32]
+	for _, s := range streams {
+		m := s.Model()
+		if byModel[m] == nil {
+			order = append(order, m)
+		}
+		byModel[m] = append(byModel[m], s)
+	}
+	for _, m := range order {
+		if err := sampler.Step(byModel[m], ar); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// succeeded is the outcome of a sampler operation with result res.
+func succeeded(res any, tokens int64) *done {
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return failure(context.Background(), fmt.Errorf("encode result: %w", err))
+	}
+	return &done{Status: OpSucceeded, Result: raw, Tokens: tokens}
+}
+
+// report tells the job's grain how it ended.
+func (e *samplingExecutor) report(j *samplingJob, d *done, start time.Time) {
+	took := time.Since(start)
+	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
+	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
+	method := "sampler.exec_done"
+	if j.ReplyKind == runKind {
+		method = "run.exec_done"
+	}
+	e.sys.tell(j.ReplyKind, j.ReplyID, method, d)
 }
 
 // Receive takes the sampler grains' commands.
@@ -85,18 +254,18 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 			e.sys.log.Error("sampling command", "err", err)
 			return
 		}
-		e.jobs <- func() { e.run(j) }
+		e.cmds <- samplingCmd{job: j}
 	case "samp.release":
 		r, err := decode[jobRef](c.Body)
 		if err == nil {
-			e.jobs <- func() { delete(e.held, r.RunID) } // RunID carries the sampler id
+			e.cmds <- samplingCmd{release: r.RunID} // RunID carries the sampler id
 		}
 	}
 }
 
-// stop finishes the queued jobs.
+// stop finishes the queued jobs and the requests in flight.
 func (e *samplingExecutor) stop() {
-	close(e.jobs)
+	close(e.cmds)
 	<-e.done
 }
 
@@ -119,35 +288,6 @@ func (e *samplingExecutor) adapter(j *samplingJob) (*heldAdapter, error) {
 	return h, nil
 }
 
-func (e *samplingExecutor) run(j *samplingJob) {
-	start := time.Now()
-	h, err := e.adapter(j)
-	if j.Kind == "" {
-		rep := synced{Epoch: j.Epoch, Version: j.Version}
-		if err != nil {
-			f := failure(context.Background(), err)
-			rep.Code, rep.Message = f.Code, f.Message
-		}
-		e.sys.tell(samplerKind, j.SamplerID, "sampler.synced", rep)
-		return
-	}
-	var d *done
-	if err == nil {
-		d, err = e.sample(h, j)
-	}
-	if err != nil {
-		d = failure(context.Background(), err)
-	}
-	took := time.Since(start)
-	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
-	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
-	method := "sampler.exec_done"
-	if j.ReplyKind == runKind {
-		method = "run.exec_done"
-	}
-	e.sys.tell(j.ReplyKind, j.ReplyID, method, d)
-}
-
 // sampleResult is the result of sample; logprobsResult of logprobs.
 type sampleResult struct {
 	*sampler.Result
@@ -157,39 +297,4 @@ type sampleResult struct {
 type logprobsResult struct {
 	Logprobs      []*float64 `json:"logprobs"`
 	WeightVersion int64      `json:"weight_version"`
-}
-
-func (e *samplingExecutor) sample(h *heldAdapter, j *samplingJob) (*done, error) {
-	p, err := payload.Parse(j.Kind, j.Payload)
-	if err != nil {
-		return nil, err
-	}
-	var res any
-	var tokens int64
-	switch p := p.(type) {
-	case *payload.SamplePayload:
-		out, err := sampler.Sample(h.model, h.frozen, p.Request())
-		if err != nil {
-			return nil, err
-		}
-		tokens = int64(len(p.Prompt.TokenIDs))
-		for _, s := range out.Sequences {
-			tokens += int64(len(s.Tokens))
-		}
-		res = sampleResult{out, j.Version}
-	case *payload.LogprobsPayload:
-		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
-		if err != nil {
-			return nil, err
-		}
-		tokens = int64(len(p.Input.TokenIDs))
-		res = logprobsResult{lps, j.Version}
-	default:
-		return nil, fmt.Errorf("sampler: no primitive for %s", j.Kind)
-	}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return &done{Status: OpSucceeded, Result: raw, Tokens: tokens}, nil
 }

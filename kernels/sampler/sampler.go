@@ -87,6 +87,37 @@ func CheckTokens(toks []int, vocab int) error {
 // The prompt is prefilled once; all samples decode together, one batched
 // forward pass per generated position.
 func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Result, error) {
+	s, err := Start(m, z, q)
+	if err != nil {
+		return nil, err
+	}
+	ar := transformer.NewArena[float32]()
+	for !s.Done() {
+		if err := Step([]*Stream{s}, ar); err != nil {
+			return nil, err
+		}
+	}
+	return s.Result(), nil
+}
+
+// Stream is a sample request in flight: its prompt prefilled, its sequences
+// decoding one token per Step. Step advances many streams at once, of any
+// adapters over one base model, so that requests of several samplers share
+// every base product.
+type Stream struct {
+	m       *transformer.Model[float32]
+	z       *transformer.Frozen[float32]
+	params  *Params
+	res     *Result
+	stop    map[int]bool
+	streams []*rng.Source
+	caches  []*transformer.Cache[float32]
+	active  []int // unfinished samples
+}
+
+// Start prefills a request's prompt (with its prompt logprobs when asked)
+// and draws each sample's first token.
+func Start(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Stream, error) {
 	c := m.Cfg()
 	if err := q.Validate(c.Vocab, c.MaxPos); err != nil {
 		return nil, err
@@ -96,83 +127,112 @@ func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Req
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Sequences: make([]Sequence, q.NumSamples)}
+	s := &Stream{m: m, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
 	P, D := len(q.Prompt), c.Hidden
 	var last []float32
-	wantPrompt := q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0
-	if wantPrompt {
-		res.PromptLogprobs, res.TopKPromptLogprobs = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
+	if q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0 {
+		s.res.PromptLogprobs, s.res.TopKPromptLogprobs = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
 		if !q.IncludePromptLogprobs {
-			res.PromptLogprobs = nil
+			s.res.PromptLogprobs = nil
 		}
 	} else {
 		m.Logits(z, hidden[(P-1)*D:], 1, nil, func(_ int, row []float32) {
 			last = append([]float32(nil), row...)
 		})
 	}
-
 	seed := newSeed()
 	if q.Params.Seed != nil {
 		seed = *q.Params.Seed
 	}
-	stop := map[int]bool{}
 	for _, t := range q.Params.StopTokenIDs {
-		stop[t] = true
+		s.stop[t] = true
 	}
-	streams := make([]*rng.Source, q.NumSamples)
-	caches := make([]*transformer.Cache[float32], q.NumSamples)
-	for i := range streams {
+	s.streams = make([]*rng.Source, q.NumSamples)
+	s.caches = make([]*transformer.Cache[float32], q.NumSamples)
+	for i := range s.streams {
 		// Sample i's stream depends only on (seed, i): reproducible whatever
 		// else is batched with it.
-		streams[i] = rng.Derive(seed, uint64(i))
-		caches[i] = root.Fork()
-		m.Reserve(caches[i], q.Params.MaxTokens)
+		s.streams[i] = rng.Derive(seed, uint64(i))
+		s.caches[i] = root.Fork()
+		m.Reserve(s.caches[i], q.Params.MaxTokens)
 	}
-	// draw appends sample i's next token from its logits row. The head calls
-	// it from several goroutines at once, for distinct samples.
-	draw := func(i int, row []float32) {
-		tok, lp := pick(row, &q.Params, streams[i])
-		s := &res.Sequences[i]
-		s.Tokens = append(s.Tokens, tok)
-		s.Logprobs = append(s.Logprobs, lp)
-		switch {
-		case stop[tok]:
-			s.StopReason = StopToken
-		case len(s.Tokens) >= q.Params.MaxTokens:
-			s.StopReason = StopLength
+	for i := range q.NumSamples {
+		s.draw(i, last)
+	}
+	s.prune()
+	return s, nil
+}
+
+// draw appends sample i's next token from its logits row. Step calls it
+// from several goroutines at once, for distinct samples.
+func (s *Stream) draw(i int, row []float32) {
+	tok, lp := pick(row, s.params, s.streams[i])
+	seq := &s.res.Sequences[i]
+	seq.Tokens = append(seq.Tokens, tok)
+	seq.Logprobs = append(seq.Logprobs, lp)
+	switch {
+	case s.stop[tok]:
+		seq.StopReason = StopToken
+	case len(seq.Tokens) >= s.params.MaxTokens:
+		seq.StopReason = StopLength
+	}
+}
+
+// prune keeps the samples that have not stopped.
+func (s *Stream) prune() {
+	s.active = s.active[:0]
+	for i := range s.res.Sequences {
+		if s.res.Sequences[i].StopReason == "" {
+			s.active = append(s.active, i)
 		}
 	}
-	active := make([]int, q.NumSamples) // indices of unfinished samples
-	for i := range active {
-		active[i] = i
-		draw(i, last)
+}
+
+// Model is the base model the stream decodes on.
+func (s *Stream) Model() *transformer.Model[float32] { return s.m }
+
+// Done reports whether every sample has stopped.
+func (s *Stream) Done() bool { return len(s.active) == 0 }
+
+// Result is the request's output, complete once Done.
+func (s *Stream) Result() *Result { return s.res }
+
+// Step decodes one more token for every unfinished sample of every stream
+// (all over the same base model) in one batched pass: the base weights are
+// read once for all rows, each adapter's LoRA terms apply to its own rows.
+// ar holds the logits between steps (reuse it).
+func Step(streams []*Stream, ar *transformer.Arena[float32]) error {
+	var zs []*transformer.Frozen[float32]
+	var caches []*transformer.Cache[float32]
+	var feed []int
+	type row struct {
+		s *Stream
+		i int
 	}
-	ar := transformer.NewArena[float32]() // the head's logits, reused every step
-	for {
-		next := active[:0:0]
-		var feed []int
-		var feedCaches []*transformer.Cache[float32]
-		for _, i := range active {
-			if s := &res.Sequences[i]; s.StopReason == "" {
-				next = append(next, i)
-				feed = append(feed, s.Tokens[len(s.Tokens)-1])
-				feedCaches = append(feedCaches, caches[i])
-			}
+	var rows []row
+	for _, s := range streams {
+		for _, i := range s.active {
+			seq := &s.res.Sequences[i]
+			zs, caches = append(zs, s.z), append(caches, s.caches[i])
+			feed, rows = append(feed, seq.Tokens[len(seq.Tokens)-1]), append(rows, row{s, i})
 		}
-		active = next
-		if len(active) == 0 {
-			break
-		}
-		h, err := m.Decode(z, feedCaches, feed)
-		if err != nil {
-			return nil, err
-		}
-		ar.Reset()
-		m.Logits(z, h, len(active), ar, func(b int, row []float32) {
-			draw(active[b], row)
-		})
 	}
-	return res, nil
+	if len(rows) == 0 {
+		return nil
+	}
+	m := streams[0].m
+	h, err := m.DecodeRows(zs, caches, feed)
+	if err != nil {
+		return err
+	}
+	ar.Reset()
+	m.LogitsRows(zs, h, len(rows), ar, func(b int, logits []float32) {
+		rows[b].s.draw(rows[b].i, logits)
+	})
+	for _, s := range streams {
+		s.prune()
+	}
+	return nil
 }
 
 // promptLogprobs scores every prompt token given its prefix, and optionally

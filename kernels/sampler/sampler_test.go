@@ -343,3 +343,67 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestStepMixesAdapters decodes requests of two adapters and of the base
+// model in one batch: each gets what it gets alone (same tokens, same
+// logprobs within float rounding), so batching samplers together changes no
+// result.
+func TestStepMixesAdapters(t *testing.T) {
+	m, ad := fixture(t)
+	other := ad.Clone()
+	r := rng.New(11)
+	for _, p := range other.Params() {
+		for i := range p.Data {
+			p.Data[i] = float32(r.Uniform(-0.5, 0.5))
+		}
+	}
+	adapters := []*transformer.Frozen[float32]{m.Freeze(ad), m.Freeze(other), nil, m.Freeze(ad)}
+	reqs := make([]Request, len(adapters))
+	for i := range reqs {
+		reqs[i] = Request{Prompt: []int{3, 4 + i, 5}, NumSamples: 1 + i%3,
+			Params: Params{MaxTokens: 6 + 2*i, Temperature: 1, TopP: 1, TopK: -1, Seed: seedPtr(uint64(7 + i)), StopTokenIDs: []int{9}}}
+	}
+	var streams []*Stream
+	for i, q := range reqs {
+		s, err := Start(m, adapters[i], q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	ar := transformer.NewArena[float32]()
+	for steps := 0; ; steps++ {
+		live := streams[:0:0]
+		for _, s := range streams {
+			if !s.Done() {
+				live = append(live, s)
+			}
+		}
+		if len(live) == 0 {
+			break
+		}
+		if steps > 20 {
+			t.Fatal("streams do not finish")
+		}
+		if err := Step(live, ar); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, q := range reqs {
+		alone, err := Sample(m, adapters[i], q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, want := range alone.Sequences {
+			got := streams[i].Result().Sequences[j]
+			if len(got.Tokens) != len(want.Tokens) || got.StopReason != want.StopReason {
+				t.Fatalf("request %d sample %d: batched %v, alone %v", i, j, got, want)
+			}
+			for k := range want.Tokens {
+				if got.Tokens[k] != want.Tokens[k] || math.Abs(got.Logprobs[k]-want.Logprobs[k]) > 1e-5 {
+					t.Fatalf("request %d sample %d: batched %v %v, alone %v %v", i, j, got.Tokens, got.Logprobs, want.Tokens, want.Logprobs)
+				}
+			}
+		}
+	}
+}

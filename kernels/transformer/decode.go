@@ -101,18 +101,25 @@ func (m *Model[F]) newStep(tokens, pos []int) *step[F] {
 // cachedForward runs every layer over the rows of s, with attend filling
 // s.attn for layer l once s.k and s.v hold the new keys and values. It leaves
 // the final normed hidden states in out.
-func (m *Model[F]) cachedForward(z *Frozen[F], s *step[F], out []F, attend func(l int)) {
+func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, attend func(l int)) {
 	c := m.W.Cfg
 	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	inv := make([]F, T)
 	qInv, kInv := make([]F, T*c.Heads), make([]F, T*c.KVHeads) // Qwen3 head-norm factors
-	lu := make([]F, T*z.rank())
-	for l := 0; l < c.Layers; l++ {
+	lu := make([]F, T*maxRank(gs))
+	var l int
+	mod := func(mod lora.Module) func(*Frozen[F]) term[F] {
+		return func(z *Frozen[F]) term[F] { return z.term(l, mod) }
+	}
+	linear := func(y, x []F, in, out int, w weight[F], b []F, mm lora.Module) {
+		linearRows(y, x, T, in, out, w, b, gs, 0, mod(mm), lu)
+	}
+	for l = 0; l < c.Layers; l++ {
 		w, pw := &m.W.Layers[l], &m.proj[l]
 		ops.RMSNorm(s.h, inv, s.x, w.AttnNorm, T, D, c.RMSEps)
-		linear(s.q, s.h, T, D, Q, pw[lora.Q], w.Bq, z.term(l, lora.Q), lu)
-		linear(s.k, s.h, T, D, KV, pw[lora.K], w.Bk, z.term(l, lora.K), lu)
-		linear(s.v, s.h, T, D, KV, pw[lora.V], w.Bv, z.term(l, lora.V), lu)
+		linear(s.q, s.h, D, Q, pw[lora.Q], w.Bq, lora.Q)
+		linear(s.k, s.h, D, KV, pw[lora.K], w.Bk, lora.K)
+		linear(s.v, s.h, D, KV, pw[lora.V], w.Bv, lora.V)
 		if c.QKNorm {
 			ops.HeadNorm(s.q, s.attn, qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 			ops.HeadNorm(s.k, s.attn, kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
@@ -121,15 +128,15 @@ func (m *Model[F]) cachedForward(z *Frozen[F], s *step[F], out []F, attend func(
 		s.rope.Rope(s.k, T, c.KVHeads)
 		attend(l)
 		o := s.h // the normed input is dead now; reuse it for o_proj
-		linear(o, s.attn, T, Q, D, pw[lora.O], w.Bo, z.term(l, lora.O), lu)
+		linear(o, s.attn, Q, D, pw[lora.O], w.Bo, lora.O)
 		for i := range o {
 			s.x[i] += o[i]
 		}
 		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
-		linear(s.g, s.h, T, D, I, pw[lora.Gate], nil, z.term(l, lora.Gate), lu)
-		linear(s.u, s.h, T, D, I, pw[lora.Up], nil, z.term(l, lora.Up), lu)
+		linear(s.g, s.h, D, I, pw[lora.Gate], nil, lora.Gate)
+		linear(s.u, s.h, D, I, pw[lora.Up], nil, lora.Up)
 		ops.SwiGLU(s.g, s.g, s.u)
-		linear(s.h, s.g, T, I, D, pw[lora.Down], nil, z.term(l, lora.Down), lu)
+		linear(s.h, s.g, I, D, pw[lora.Down], nil, lora.Down)
 		for i := range s.h {
 			s.x[i] += s.h[i]
 		}
@@ -146,7 +153,7 @@ func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F)
 	}
 	s := m.newStep(tokens, pos)
 	lse := make([]F, T*cfg.Heads)
-	m.cachedForward(z, s, out, func(l int) {
+	m.cachedForward([]rowGroup[F]{{z, 0, T}}, s, out, func(l int) {
 		c.k[l] = append(c.k[l], s.k...)
 		c.v[l] = append(c.v[l], s.v...)
 		S := len(c.k[l]) / KV
@@ -159,6 +166,18 @@ func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F)
 // and returns the final hidden states [len(caches), D]: one batched pass, so
 // every weight is read once for the whole batch.
 func (m *Model[F]) Decode(z *Frozen[F], caches []*Cache[F], tokens []int) ([]F, error) {
+	zs := make([]*Frozen[F], len(caches))
+	for i := range zs {
+		zs[i] = z
+	}
+	return m.DecodeRows(zs, caches, tokens)
+}
+
+// DecodeRows is Decode where row b samples from adapter zs[b] (nil: the
+// base model): sequences of several samplers over one base model decode in
+// one pass, every base product once for all rows and each adapter's LoRA
+// terms on its own (consecutive) rows.
+func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int) ([]F, error) {
 	cfg := m.W.Cfg
 	B, KV, hd := len(caches), cfg.KVDim(), cfg.HeadDim
 	pos := make([]int, B)
@@ -173,7 +192,7 @@ func (m *Model[F]) Decode(z *Frozen[F], caches []*Cache[F], tokens []int) ([]F, 
 	}
 	s := m.newStep(tokens, pos)
 	out := make([]F, B*cfg.Hidden)
-	m.cachedForward(z, s, out, func(l int) {
+	m.cachedForward(groupRows(zs), s, out, func(l int) {
 		for b, c := range caches {
 			c.k[l] = append(c.k[l], s.k[b*KV:(b+1)*KV]...)
 			c.v[l] = append(c.v[l], s.v[b*KV:(b+1)*KV]...)

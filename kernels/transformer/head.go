@@ -33,22 +33,42 @@ func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden [
 			gp = grads.LMHead
 		}
 	}
-	m.headPass(lt, gp, hidden, T, dHidden, ar, fn)
+	D, V := m.W.Cfg.Hidden, m.W.Cfg.Vocab
+	m.headPass(lt, gp, len(lt.a.W)/D, hidden, T, dHidden, ar, fn, func(y, x []F, _, n int, u []F) {
+		linear(y, x, n, D, V, m.head, nil, lt, u)
+	})
 }
 
 // Logits is Head for inference: the logits of T tokens under a frozen
 // adapter, handed row by row to fn (from several goroutines at once).
 func (m *Model[F]) Logits(z *Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
-	m.headPass(z.lmHead(), nil, hidden, T, nil, ar, func(t int, row []F) bool {
+	zs := make([]*Frozen[F], T)
+	for i := range zs {
+		zs[i] = z
+	}
+	m.LogitsRows(zs, hidden, T, ar, fn)
+}
+
+// LogitsRows is Logits where row t is under adapter zs[t]: the LM head's
+// base product once for all rows, each adapter's term on its own rows.
+func (m *Model[F]) LogitsRows(zs []*Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
+	gs := groupRows(zs)
+	head := func(z *Frozen[F]) term[F] { return z.lmHead() }
+	m.headPass(term[F]{}, nil, maxRank(gs), hidden, T, nil, ar, func(t int, row []F) bool {
 		fn(t, row)
 		return false
+	}, func(y, x []F, t0, n int, u []F) {
+		linearRows(y, x, n, m.W.Cfg.Hidden, m.W.Cfg.Vocab, m.head, nil, gs, t0, head, u)
 	})
 }
 
-func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F]) {
+// headPass runs the LM head chunk by chunk: fwd computes the logits of rows
+// [t0, t0+n) (with u as LoRA scratch), which go to fn, and with dHidden the
+// gradients come back through term lt into dHidden and gp. r is the LoRA
+// rank the scratch must hold.
+func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F], fwd func(y, x []F, t0, n int, u []F)) {
 	c := m.W.Cfg
 	D, V := c.Hidden, c.Vocab
-	r := len(lt.a.W) / D
 	chunk := max(1, headBudget/V)
 	rows := min(T, chunk)
 	logits := ar.Alloc(rows * V)
@@ -57,7 +77,7 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], hidden []F, T int, dHi
 	for t0 := 0; t0 < T; t0 += chunk {
 		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
-		linear(logits[:n*V], h, n, D, V, m.head, nil, lt, u[:n*max(r, 1)])
+		fwd(logits[:n*V], h, t0, n, u[:n*max(r, 1)])
 		par.For(n, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := logits[i*V : (i+1)*V]

@@ -71,6 +71,56 @@ func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, lt term[
 	}
 }
 
+// rowGroup gives rows [lo, hi) of a batch their adapter (nil: the base
+// model): a batch of sequences from several samplers over one base model
+// runs every base product once for all its rows, and each adapter's LoRA
+// terms on its own rows.
+type rowGroup[F gemm.Float] struct {
+	z      *Frozen[F]
+	lo, hi int
+}
+
+// groupRows groups consecutive rows that share an adapter.
+func groupRows[F gemm.Float](zs []*Frozen[F]) []rowGroup[F] {
+	var gs []rowGroup[F]
+	for i, z := range zs {
+		if n := len(gs); n > 0 && gs[n-1].z == z {
+			gs[n-1].hi = i + 1
+			continue
+		}
+		gs = append(gs, rowGroup[F]{z, i, i + 1})
+	}
+	return gs
+}
+
+// maxRank is the largest adapter rank among the groups (the LoRA scratch
+// holds T rows of it).
+func maxRank[F gemm.Float](gs []rowGroup[F]) int {
+	r := 0
+	for _, g := range gs {
+		r = max(r, g.z.rank())
+	}
+	return r
+}
+
+// linearRows is linear over rows whose LoRA terms differ by group: the base
+// product (and bias) for all T rows at once, then each group's term, taken
+// from its adapter by termOf, on that group's rows among [t0, t0+T).
+// x: [T, in]; y: [T, out]; u: scratch of at least T·maxRank.
+func linearRows[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, gs []rowGroup[F], t0 int, termOf func(*Frozen[F]) term[F], u []F) {
+	linear(y, x, T, in, out, w, b, term[F]{}, nil)
+	for _, g := range gs {
+		lo, hi := max(g.lo, t0)-t0, min(g.hi, t0+T)-t0
+		lt := termOf(g.z)
+		if lo >= hi || lt.a.W == nil {
+			continue
+		}
+		n, r := hi-lo, len(lt.a.W)/in
+		lt.a.mul(u[:n*r], x[lo*in:hi*in], n, in, r, 1, 0)
+		lt.b.mul(y[lo*out:hi*out], u[:n*r], n, r, out, lt.s, 1)
+	}
+}
+
 // linearBackward adds dL/dx into dx (skipped when dx is nil) and, when the
 // module has a LoRA term, dL/dA and dL/dB into gp. W and b are frozen.
 //
