@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api run golden proto
+.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto
 
 build:
 	$(GO) build ./...
@@ -55,6 +55,13 @@ proto:
 bench-api: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/apibench --wts bin/wts
+
+# Sampling benchmark: time to first token, inter-token latency p50/p99 and
+# tokens/s at 1, 8 and 32 concurrent samplers on one base model through a
+# real `wts serve`, beside the engine's single-stream decode.
+bench-sample: build
+	$(GO) build -o bin/wts ./cmd/wts
+	$(GO) run ./bench/samplebench --wts bin/wts
 
 # Engine benchmarks: GEMM beside its peer shapes, then training and decode
 # throughput on the small model and on the Qwen3-0.6B shape.

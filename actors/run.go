@@ -641,7 +641,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 				return err
 			}
 		}
-		recordUsage(op, d, prices, now)
+		recordUsage(op, d, prices, now, op.Kind != payload.Sample)
 		if d.Status == OpSucceeded {
 			if err := recordOutputs(tx, r, op, d); err != nil {
 				return err

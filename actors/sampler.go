@@ -38,6 +38,7 @@ type samplerGrain struct {
 	latest    int64          // the run's latest weight version
 	runEnded  bool           // the run is terminal: latest is final
 	forRun    []*samplingJob // run-scoped samples waiting for their weight version
+	priceList *priceList     // the session's billing snapshot, read once
 }
 
 func (g *samplerGrain) Receive(ctx actor.Context) {
@@ -358,6 +359,10 @@ func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
 	if d.Epoch != g.epoch || d.SeqID != g.executing {
 		return nil, nil
 	}
+	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
+	if err != nil {
+		return nil, err
+	}
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		op := new(persistence.Operation)
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op); err != nil {
@@ -366,6 +371,7 @@ func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
 		now := g.sys.now()
 		settle(op, d.Status, d.Code, d.Message, now)
 		op.Result = d.Result
+		recordUsage(op, d, prices, now, false)
 		r.LastActivityAt = now
 		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op)
 	})

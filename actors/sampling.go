@@ -47,6 +47,7 @@ type flight struct {
 	job    *samplingJob
 	stream *sampler.Stream
 	start  time.Time
+	prompt int // prompt tokens, metered with the generated ones
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -154,7 +155,7 @@ func (e *samplingExecutor) take(c samplingCmd) {
 			e.report(j, failure(context.Background(), err), start)
 			return
 		}
-		e.flying = append(e.flying, &flight{job: j, stream: s, start: start})
+		e.flying = append(e.flying, &flight{job: j, stream: s, start: start, prompt: len(p.Prompt.TokenIDs)})
 	case *payload.LogprobsPayload:
 		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
 		if err != nil {
@@ -188,7 +189,7 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 			e.report(f.job, failure(context.Background(), err), f.start)
 		case f.stream.Done():
 			res := f.stream.Result()
-			tokens := int64(0)
+			tokens := int64(f.prompt)
 			for _, s := range res.Sequences {
 				tokens += int64(len(s.Tokens))
 			}

@@ -19,10 +19,15 @@ type priceList struct {
 // prices reads the run's price list once per activation (the snapshot is
 // immutable).
 func (g *runGrain) prices() (*priceList, error) {
-	if g.priceList != nil {
-		return g.priceList, nil
+	return g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
+}
+
+// prices reads a session's price list into *cached the first time.
+func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID string) (*priceList, error) {
+	if *cached != nil {
+		return *cached, nil
 	}
-	ss, err := g.sys.GetSession(g.run.Tenant, g.run.SessionID)
+	ss, err := s.GetSession(t, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -32,19 +37,21 @@ func (g *runGrain) prices() (*priceList, error) {
 	if err := json.Unmarshal(ss.CapabilitySnapshot, &capability); err != nil {
 		return nil, fmt.Errorf("session %s billing snapshot: %w", ss.ID, err)
 	}
-	g.priceList = &priceList{ss.Provider, capability.Billing}
-	return g.priceList, nil
+	*cached = &priceList{ss.Provider, capability.Billing}
+	return *cached, nil
 }
 
-// recordUsage sets the usage components of an executed operation.
-func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time) {
+// recordUsage sets the usage components of an executed operation. trainer
+// says it ran on the run's trainer, whose device time provider_a bills at
+// the trainer's release; a sampler's settles when observed.
+func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
 	op.Usage = nil
 	for _, rd := range providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		u := persistence.Usage{
 			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
 			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
 		}
-		if providers.SettlesAtRelease(p.provider, rd.Meter) {
+		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
 			u.SettlementStatus = providers.Pending
 		} else {
 			u.SettledAt = &now
@@ -91,13 +98,17 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 		return items, nil
 	}
 	err = s.store.View(func(tx *persistence.Tx) error {
-		return scanOps(tx, ss.RunID, 0, func(op *persistence.Operation) error {
+		list := func(op *persistence.Operation) error {
 			for _, u := range op.Usage {
 				u.SessionID, u.RunID, u.OperationID, u.Provider = op.SessionID, op.RunID, op.ID, ss.Provider
 				items = append(items, u)
 			}
 			return nil
-		})
+		}
+		if err := scanOps(tx, ss.RunID, 0, list); err != nil {
+			return err
+		}
+		return scanOps(tx, samplerID(ss.RunID), 0, list) // its sampler's, if it has one
 	})
 	return items, err
 }

@@ -4,7 +4,6 @@ package httpapi_test
 // generated model and talks to it over HTTP only.
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/wts-project/wts/bench/service"
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
@@ -84,34 +83,15 @@ func newNode(t *testing.T, extra ...string) *node {
 	return n
 }
 
-var listening = regexp.MustCompile(`listening on (http://\S+)`)
-
 func (n *node) start() {
 	n.t.Helper()
 	args := append([]string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn"}, n.extra...)
 	n.cmd = exec.Command(binary, args...)
-	stderr, err := n.cmd.StderrPipe()
+	p, err := service.Start(n.cmd)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case n.base = <-found:
-	case <-time.After(30 * time.Second):
-		n.cmd.Process.Kill()
-		n.t.Fatal("server did not start in 30 s")
-	}
+	n.base = "http://" + p.Addr
 }
 
 func (n *node) stop() {

@@ -53,7 +53,7 @@ func ints(v any) []int {
 func TestSamplers(t *testing.T) {
 	n := newNode(t, "--sampler-idle", "1s")
 	key := n.keys["acme"]
-	_, rid := n.session(key, "s")
+	sess, rid := n.session(key, "s")
 	n.submit(key, rid, 1, train2...)
 	prompt := []int{5, 9, 13, 2}
 
@@ -166,6 +166,22 @@ func TestSamplers(t *testing.T) {
 	}
 	if ok := n.poll(key, n.samplerOp(key, sid, 9, "logprobs", map[string]any{"input": map[string]any{"token_ids": []int{1, 2}}}).str("id")); ok.str("status") != "succeeded" {
 		t.Fatalf("sampling after the run ended: %s", ok.Raw)
+	}
+
+	// Sampling is metered: sample_tokens and device time of each sampler
+	// operation, settled when observed.
+	sampled := 0
+	for _, it := range n.do("GET", v1+"/sessions/"+sess+"/usage", key, nil).Body["items"].([]any) {
+		u := it.(map[string]any)
+		if u["meter"] == "sample_tokens" {
+			sampled++
+			if u["settlement_status"] != "settled" || u["cost_microusd"].(float64) <= 0 {
+				t.Errorf("sampling usage: %v", u)
+			}
+		}
+	}
+	if sampled < 8 { // the run-scoped sample, 4 samples and logprobs before, and those after
+		t.Errorf("%d sample_tokens components", sampled)
 	}
 
 	// 6. Retiring the run retires its sampler.

@@ -9,7 +9,8 @@ import (
 const (
 	MeterTrainTokens   = "train_tokens"   // forward_backward
 	MeterForwardTokens = "forward_tokens" // forward
-	MeterDeviceMS      = "device_ms"      // any operation the executor ran
+	MeterSampleTokens  = "sample_tokens"  // sample and logprobs: prompt and generated tokens
+	MeterDeviceMS      = "device_ms"      // any operation an executor ran
 )
 
 // Settlement statuses of a usage component.
@@ -40,9 +41,10 @@ func PriceList(p string) Billing {
 		PerMillion: map[string]int64{
 			MeterTrainTokens:   1_000_000, // 1 USD per million tokens
 			MeterForwardTokens: 300_000,
+			MeterSampleTokens:  400_000,
 			MeterDeviceMS:      perHour * 1_000_000 / 3_600_000, // per million ms
 		},
-		Units: map[string]string{MeterTrainTokens: "token", MeterForwardTokens: "token", MeterDeviceMS: "millisecond"},
+		Units: map[string]string{MeterTrainTokens: "token", MeterForwardTokens: "token", MeterSampleTokens: "token", MeterDeviceMS: "millisecond"},
 	}
 }
 
@@ -68,6 +70,8 @@ func Meter(kind string, succeeded bool, tokens, deviceMS int64) []Reading {
 			rs = append(rs, Reading{MeterTrainTokens, tokens})
 		case payload.Forward:
 			rs = append(rs, Reading{MeterForwardTokens, tokens})
+		case payload.Sample, payload.Logprobs:
+			rs = append(rs, Reading{MeterSampleTokens, tokens})
 		}
 	}
 	if deviceMS > 0 {

@@ -38,6 +38,8 @@ func TestMeter(t *testing.T) {
 		{"forward", true, 9, 1, "[{forward_tokens 9} {device_ms 1}]"},
 		{"forward_backward", false, 18, 2, "[{device_ms 2}]"}, // failed: device time only
 		{"optim_step", true, 0, 1, "[{device_ms 1}]"},
+		{"sample", true, 40, 5, "[{sample_tokens 40} {device_ms 5}]"},
+		{"logprobs", true, 12, 1, "[{sample_tokens 12} {device_ms 1}]"},
 		{"forward", false, 0, 0, "[]"}, // cancelled before it started
 	} {
 		if got := fmt.Sprint(Meter(c.kind, c.succeeded, c.tokens, c.ms)); got != c.want {

@@ -15,32 +15,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/http/jcs"
-	"github.com/wts-project/wts/kernels/model"
-	"github.com/wts-project/wts/kernels/safetensors"
-	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/bench/service"
 )
 
 func main() {
@@ -56,31 +43,17 @@ func main() {
 		servePeer(*peerAddr)
 		return
 	}
-	var levels []int
-	for _, s := range strings.Split(*clientsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			log.Fatalf("--clients: bad level %q", s)
-		}
-		levels = append(levels, n)
-	}
-	if *wts == "" {
-		*wts = filepath.Join(os.TempDir(), "wts-apibench")
-		if out, err := exec.Command("go", "build", "-o", *wts, "./cmd/wts").CombinedOutput(); err != nil {
-			log.Fatalf("build wts: %v\n%s", err, out)
-		}
-	}
-	os.RemoveAll(*dataRoot)
-	svc := startService(*wts, *dataRoot, *debugAddr)
-	defer svc.stop()
+	levels := service.Levels(*clientsFlag)
+	svc := service.Serve(service.Build(*wts), *dataRoot, "tiny", "--debug-addr", *debugAddr)
+	defer svc.Stop()
 	peer := startPeer()
-	defer peer.stop()
+	defer peer.Stop()
 
 	fmt.Printf("durable submissions, %d per level, forward of %d tokens on the tiny model; peer: bare fasthttp 202\n\n", *requests, *tokens)
 	fmt.Printf("%8s | %12s %9s %9s | %12s %9s %9s | %s\n", "clients", "service/s", "p50 ms", "p99 ms", "peer/s", "p50 ms", "p99 ms", "service/peer")
 	for _, c := range levels {
 		per := max(1, *requests/c)
-		runs := svc.runs(c)
+		runs := svc.Runs(c, 4)
 		bodies := make([][][]byte, c)
 		for i := range bodies {
 			bodies[i] = make([][]byte, per)
@@ -88,11 +61,11 @@ func main() {
 				bodies[i][j] = opBody(j+1, fmt.Sprintf("k%d", j), *tokens, i+j)
 			}
 		}
-		p := load(peer.addr, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.key, bodies)
-		before := svc.scrape()
-		s := load(svc.addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.key, bodies)
-		after := svc.scrape()
-		svc.waitExecuted() // the next level starts on an idle executor
+		p := load(peer.Addr, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.Key, bodies)
+		before := svc.Scrape()
+		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
+		after := svc.Scrape()
+		svc.WaitExecuted() // the next level starts on an idle executor
 		fmt.Printf("%8d | %12.0f %9.2f %9.2f | %12.0f %9.2f %9.2f | %.2f\n", c, s.rate, s.p50, s.p99, p.rate, p.p50, p.p99, s.rate/p.rate)
 		commits := after["wts_store_commits_total"] - before["wts_store_commits_total"]
 		fmt.Printf("%8s   store: %.0f group commits, %.1f writes and %.1f pages each, %.2f ms each (fsync included)\n", "", commits,
@@ -116,44 +89,33 @@ type result struct {
 // each answer before the next, and measures the whole.
 func load(addr string, c int, path func(int) string, key string, bodies [][][]byte) result {
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: c, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
-	lat := make([][]time.Duration, c)
 	var mu sync.Mutex
 	var res result
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + path(i))
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			req.Header.Set("Authorization", "Bearer "+key)
-			lat[i] = make([]time.Duration, 0, len(bodies[i]))
-			for _, b := range bodies[i] {
-				req.SetBodyRaw(b)
-				t0 := time.Now()
-				err := hc.Do(req, resp)
-				lat[i] = append(lat[i], time.Since(t0))
-				if err != nil || resp.StatusCode() != 202 {
-					mu.Lock()
-					if res.errors++; res.firstError == "" {
-						res.firstError = fmt.Sprintf("%v %d %.200s", err, resp.StatusCode(), resp.Body())
-					}
-					mu.Unlock()
+	all, took := service.Clients(c, func(i int) []time.Duration {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("http://" + addr + path(i))
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		lat := make([]time.Duration, 0, len(bodies[i]))
+		for _, b := range bodies[i] {
+			req.SetBodyRaw(b)
+			t0 := time.Now()
+			err := hc.Do(req, resp)
+			lat = append(lat, time.Since(t0))
+			if err != nil || resp.StatusCode() != 202 {
+				mu.Lock()
+				if res.errors++; res.firstError == "" {
+					res.firstError = fmt.Sprintf("%v %d %.200s", err, resp.StatusCode(), resp.Body())
 				}
+				mu.Unlock()
 			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	ms := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))].Microseconds()) / 1000 }
-	res.rate, res.p50, res.p99 = float64(len(all))/took.Seconds(), ms(0.50), ms(0.99)
+		}
+		return lat
+	})
+	res.rate, res.p50, res.p99 = float64(len(all))/took.Seconds(), service.Percentile(all, 0.50), service.Percentile(all, 0.99)
 	return res
 }
 
@@ -163,147 +125,22 @@ func opBody(seq int, key string, tokens, salt int) []byte {
 	for i := range ids {
 		ids[i] = (salt*7 + i*5) % 64
 	}
-	env, _ := json.Marshal(map[string]any{"seq_id": seq, "idempotency_key": key, "kind": "forward", "payload": map[string]any{
-		"data": []any{map[string]any{"model_input": map[string]any{"token_ids": ids}, "loss_fn_inputs": map[string]any{"target_tokens": ids}}}}})
-	canon, err := jcs.Canonical(env, "")
-	if err != nil {
-		log.Fatal(err)
-	}
-	sum := sha256.Sum256(canon)
-	return append(env[:len(env)-1], fmt.Sprintf(`,"request_hash":%q}`, hex.EncodeToString(sum[:]))...)
-}
-
-// process is a server the bench started.
-type process struct {
-	cmd      *exec.Cmd
-	addr     string
-	key      string
-	revision string
-}
-
-func (p *process) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.cmd.Wait()
-}
-
-var listening = regexp.MustCompile(`listening on http://(\S+)`)
-
-// start runs cmd and waits for the line that names its address.
-func start(cmd *exec.Cmd) *process {
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	select {
-	case addr := <-found:
-		return &process{cmd: cmd, addr: addr}
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		log.Fatalf("%s did not start", cmd.Path)
-	}
-	return nil
-}
-
-// startService generates the tiny model, creates a key, and starts `wts
-// serve` at warn level (a log line per request would be measured too).
-func startService(wts, data, debugAddr string) *process {
-	dir := filepath.Join(data, "tiny")
-	if err := model.Generate("tiny", 1, dir, safetensors.F32); err != nil {
-		log.Fatal(err)
-	}
-	rev, err := providers.Revision(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
-	out, err := exec.Command(wts, "keys", "create", "--org", "bench", "--data", data).Output()
-	if err != nil {
-		log.Fatalf("keys create: %v", err)
-	}
-	p := start(exec.Command(wts, "serve", "--data", data, "--addr", "127.0.0.1:0", "--model", "tiny="+dir, "--log-level", "warn", "--debug-addr", debugAddr))
-	p.key, p.revision = strings.TrimSpace(string(out)), rev
-	return p
-}
-
-// runs opens n sessions, each with its run, and returns the run ids.
-func (p *process) runs(n int) []string {
-	post := func(path string, body any) map[string]any {
-		raw, _ := json.Marshal(body)
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		req.SetRequestURI("http://" + p.addr + path)
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.Header.Set("Authorization", "Bearer "+p.key)
-		req.SetBodyRaw(raw)
-		if err := fasthttp.Do(req, resp); err != nil || resp.StatusCode() != 201 {
-			log.Fatalf("POST %s: %v %d %s", path, err, resp.StatusCode(), resp.Body())
-		}
-		var v map[string]any
-		json.Unmarshal(resp.Body(), &v)
-		return v
-	}
-	ids := make([]string, n)
-	for i := range ids {
-		s := post("/v1/training/sessions", map[string]any{"request_id": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)})
-		r := post("/v1/training/sessions/"+s["id"].(string)+"/runs", map[string]any{
-			"request_id": "run", "base_model": "tiny", "model_revision": p.revision, "lora": map[string]any{"rank": 4}})
-		ids[i] = r["id"].(string)
-	}
-	return ids
-}
-
-// scrape reads the service's Prometheus samples, each metric summed over
-// its labels.
-func (p *process) scrape() map[string]float64 {
-	_, body, err := fasthttp.Get(nil, "http://"+p.addr+"/metrics")
-	if err != nil {
-		log.Fatal(err)
-	}
-	m := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, _, _ := strings.Cut(line[:i], "{")
-		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		m[name] += v
-	}
-	return m
-}
-
-// waitExecuted waits until the executor has run every accepted operation.
-func (p *process) waitExecuted() {
-	for {
-		m := p.scrape()
-		if m["wts_operations_executed_total"] >= m["wts_operations_accepted_total"] {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return service.Operation(seq, key, "forward", map[string]any{
+		"data": []any{map[string]any{"model_input": map[string]any{"token_ids": ids}, "loss_fn_inputs": map[string]any{"target_tokens": ids}}}})
 }
 
 // startPeer runs this binary as the bare handler, in its own process like
 // the service.
-func startPeer() *process {
+func startPeer() *service.Process {
 	self, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
 	}
-	return start(exec.Command(self, "--serve-peer", "127.0.0.1:0"))
+	p, err := service.Start(exec.Command(self, "--serve-peer", "127.0.0.1:0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return p
 }
 
 // peerReply is an operation handle of the size the service answers with.

@@ -1,0 +1,235 @@
+// Package service starts and drives a real `wts serve` process, for the
+// benchmark commands and the black-box tests: a data folder with a generated model and a key, the
+// process on 127.0.0.1, and the few API calls a benchmark sets up with.
+package service
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/providers"
+)
+
+// Process is a server a benchmark started.
+type Process struct {
+	cmd      *exec.Cmd
+	Addr     string
+	Key      string
+	Model    string // the catalog name of its model
+	Revision string
+	ModelDir string
+}
+
+// Stop ends the process (SIGTERM, then waits).
+func (p *Process) Stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Wait()
+}
+
+var listening = regexp.MustCompile(`listening on http://(\S+)`)
+
+// Start runs cmd and waits (up to a minute) for the line on its standard
+// error that names its address.
+func Start(cmd *exec.Cmd) (*Process, error) {
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	select {
+	case addr := <-found:
+		return &Process{cmd: cmd, Addr: addr}, nil
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("%s did not start in a minute", cmd.Path)
+	}
+}
+
+// Build builds the wts binary into a temporary file unless wts names one.
+func Build(wts string) string {
+	if wts != "" {
+		return wts
+	}
+	wts = filepath.Join(os.TempDir(), "wts-bench")
+	if out, err := exec.Command("go", "build", "-o", wts, "./cmd/wts").CombinedOutput(); err != nil {
+		log.Fatalf("build wts: %v\n%s", err, out)
+	}
+	return wts
+}
+
+// Serve generates the preset model under data, creates a key, and starts
+// `wts serve` at warn level (a log line per request would be measured too)
+// with the extra flags.
+func Serve(wts, data, preset string, extra ...string) *Process {
+	os.RemoveAll(data)
+	dir := filepath.Join(data, preset)
+	if err := model.Generate(preset, 1, dir, safetensors.F32); err != nil {
+		log.Fatal(err)
+	}
+	rev, err := providers.Revision(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := exec.Command(wts, "keys", "create", "--org", "bench", "--data", data).Output()
+	if err != nil {
+		log.Fatalf("keys create: %v", err)
+	}
+	args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--model", preset + "=" + dir, "--log-level", "warn"}, extra...)
+	p, err := Start(exec.Command(wts, args...))
+	if err != nil {
+		log.Fatal(err)
+	}
+	p.Key, p.Model, p.Revision, p.ModelDir = strings.TrimSpace(string(out)), preset, rev, dir
+	return p
+}
+
+// Call sends a JSON request and decodes the JSON answer, which must have
+// status want.
+func (p *Process) Call(method, path string, body any, want int) map[string]any {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + p.Addr + path)
+	req.Header.SetMethod(method)
+	req.Header.Set("Authorization", "Bearer "+p.Key)
+	if body != nil {
+		raw, ok := body.([]byte)
+		if !ok {
+			raw, _ = json.Marshal(body)
+		}
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(raw)
+	}
+	if err := fasthttp.DoTimeout(req, resp, time.Minute); err != nil || resp.StatusCode() != want {
+		log.Fatalf("%s %s: %v %d %s", method, path, err, resp.StatusCode(), resp.Body())
+	}
+	var v map[string]any
+	json.Unmarshal(resp.Body(), &v)
+	return v
+}
+
+// Runs opens n sessions, each with its run of rank-r LoRA, and returns the
+// run ids.
+func (p *Process) Runs(n, rank int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		s := p.Call("POST", "/v1/training/sessions", map[string]any{"request_id": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)}, 201)
+		r := p.Call("POST", "/v1/training/sessions/"+s["id"].(string)+"/runs", map[string]any{
+			"request_id": "run", "base_model": p.Model, "model_revision": p.Revision, "lora": map[string]any{"rank": rank}}, 201)
+		ids[i] = r["id"].(string)
+	}
+	return ids
+}
+
+// Operation is an operation body with its correct request_hash.
+func Operation(seq int, key, kind string, payload any) []byte {
+	env, _ := json.Marshal(map[string]any{"seq_id": seq, "idempotency_key": key, "kind": kind, "payload": payload})
+	canon, err := jcs.Canonical(env, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sum := sha256.Sum256(canon)
+	return append(env[:len(env)-1], fmt.Sprintf(`,"request_hash":%q}`, hex.EncodeToString(sum[:]))...)
+}
+
+// Scrape reads the service's Prometheus samples, each metric summed over
+// its labels.
+func (p *Process) Scrape() map[string]float64 {
+	_, body, err := fasthttp.Get(nil, "http://"+p.Addr+"/metrics")
+	if err != nil {
+		log.Fatal(err)
+	}
+	m := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, _, _ := strings.Cut(line[:i], "{")
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		m[name] += v
+	}
+	return m
+}
+
+// WaitExecuted waits until the executors have run every accepted operation.
+func (p *Process) WaitExecuted() {
+	for {
+		m := p.Scrape()
+		if m["wts_operations_executed_total"] >= m["wts_operations_accepted_total"] {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Levels parses a comma-separated list of concurrency levels.
+func Levels(list string) []int {
+	var levels []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			log.Fatalf("bad concurrency level %q", s)
+		}
+		levels = append(levels, n)
+	}
+	return levels
+}
+
+// Percentile is the q-quantile of sorted durations, in milliseconds.
+func Percentile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[int(q*float64(len(sorted)-1))].Microseconds()) / 1000
+}
+
+// Clients runs c clients at once, client i measuring its own latencies in
+// do(i), and returns all of them sorted, with the wall time of the whole.
+func Clients(c int, do func(i int) []time.Duration) ([]time.Duration, time.Duration) {
+	lat := make([][]time.Duration, c)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat[i] = do(i)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return all, took
+}
