@@ -20,6 +20,7 @@ func samplerID(runID string) string { return SamplerPrefix + runID[len(RunPrefix
 const (
 	CodeUnreachable       = "weight_version_unreachable"
 	CodeSamplerNotServing = "sampler_not_accepting"
+	CodeSamplerFailed     = "sampler_failed"
 )
 
 // samplerGrain owns one sampler: it accepts sample and logprobs operations
@@ -38,6 +39,7 @@ type samplerGrain struct {
 	latest    int64          // the run's latest weight version
 	runEnded  bool           // the run is terminal: latest is final
 	forRun    []*samplingJob // run-scoped samples waiting for their weight version
+	failedAt  int64          // the version whose sync failed: not retried until a newer one
 	priceList *priceList     // the session's billing snapshot, read once
 }
 
@@ -239,8 +241,8 @@ func (g *samplerGrain) kick() {
 	if g.err != nil || g.rec.Status == SamplerRetired || g.syncing != 0 {
 		return
 	}
-	if g.latest > 0 && (g.latest > g.rec.SyncedWeightVersion || g.rec.Status == SamplerAbsent || g.rec.Status == SamplerProvisioning) &&
-		(g.rec.Status != SamplerFailed || g.latest > g.rec.SyncedWeightVersion) {
+	if g.latest > 0 && g.latest > g.failedAt &&
+		(g.latest > g.rec.SyncedWeightVersion || g.rec.Status == SamplerAbsent || g.rec.Status == SamplerProvisioning) {
 		g.sync(g.latest)
 		return
 	}
@@ -314,13 +316,10 @@ func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	g.syncing = 0
-	var unparked []int64
+	if s.Code != "" {
+		return nil, g.syncFailed(s)
+	}
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
-		unparked = unparked[:0]
-		if s.Code != "" {
-			r.ErrorCode = s.Code
-			return move(SamplerMoves, &r.Status, SamplerFailed)
-		}
 		r.SyncedWeightVersion, r.ErrorCode = s.Version, ""
 		if err := move(SamplerMoves, &r.Status, SamplerReady); err != nil {
 			return err
@@ -336,7 +335,6 @@ func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
 				if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
 					return err
 				}
-				unparked = append(unparked, seq)
 			}
 		}
 		return nil
@@ -344,11 +342,56 @@ func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Code != "" {
-		g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
-	}
 	g.kick()
 	return nil, nil
+}
+
+// syncFailed records a sync that could not load its version: the sampler
+// is failed until the run saves a newer one, and the work that needed this
+// version or none in particular fails with it (work that requires a later
+// version stays parked).
+func (g *samplerGrain) syncFailed(s *synced) error {
+	g.failedAt = s.Version
+	g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
+	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
+	var left []int64
+	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		left = left[:0]
+		r.ErrorCode = s.Code
+		if err := move(SamplerMoves, &r.Status, SamplerFailed); err != nil {
+			return err
+		}
+		now := g.sys.now()
+		for _, seq := range g.queue {
+			op := new(persistence.Operation)
+			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+			if req := required(op); req != nil && *req > s.Version {
+				left = append(left, seq)
+				continue
+			}
+			settle(op, OpFailed, CodeSamplerFailed, msg, now)
+			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	g.queue = left
+	waiting := g.forRun[:0]
+	for _, j := range g.forRun {
+		if j.Version > s.Version {
+			waiting = append(waiting, j)
+			continue
+		}
+		g.sys.tell(runKind, j.ReplyID, "run.exec_done", &done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
+	}
+	g.forRun = waiting
+	return nil
 }
 
 func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {

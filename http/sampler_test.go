@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -190,4 +192,45 @@ func TestSamplers(t *testing.T) {
 		t.Errorf("sampler of a retired run: %s", s.Raw)
 	}
 	n.want(n.do("POST", v1+"/samplers/"+sid+"/operations", key, op(10, "z", "logprobs", map[string]any{"input": map[string]any{"token_ids": []int{1}}})), 409, "sampler_not_accepting")
+}
+
+// TestSamplerSyncFailure damages the weights a released sampler must load
+// again: its operation fails (sampler_failed), the sampler is failed, and the
+// run's next weight version brings it back.
+func TestSamplerSyncFailure(t *testing.T) {
+	n := newNode(t, "--sampler-idle", "1s")
+	key := n.keys["acme"]
+	_, rid := n.session(key, "f")
+	sid := result(n.submit(key, rid, 1, step{"save_weights_for_sampler", map[string]any{}})[0], "sampler_id").(string)
+	status := func(want string) *reply {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			s := n.do("GET", v1+"/samplers/"+sid, key, nil)
+			if s.str("status") == want || time.Now().After(deadline) {
+				return s
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if s := status("absent"); s.str("status") != "absent" {
+		t.Fatalf("sampler: %s", s.Raw)
+	}
+	weights := filepath.Join(n.data, "runs", rid, "weights", "1", "adapter_model.safetensors")
+	if err := os.WriteFile(weights, []byte("damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := n.poll(key, n.samplerOp(key, sid, 1, "logprobs", map[string]any{"input": map[string]any{"token_ids": []int{1, 2, 3}}}).str("id"))
+	if r.str("status") != "failed" || r.str("error_code") != "sampler_failed" {
+		t.Fatalf("an operation on weights that do not load: %s", r.Raw)
+	}
+	if s := status("failed"); s.str("status") != "failed" || s.str("error_code") == "" {
+		t.Fatalf("sampler after a failed sync: %s", s.Raw)
+	}
+	n.submit(key, rid, 2, step{"save_weights_for_sampler", map[string]any{}})
+	if s := status("ready"); s.Body["synced_weight_version"].(float64) != 2 {
+		t.Fatalf("sampler after a new version: %s", s.Raw)
+	}
+	if r := n.poll(key, n.samplerOp(key, sid, 2, "logprobs", map[string]any{"input": map[string]any{"token_ids": []int{1, 2, 3}}}).str("id")); r.str("status") != "succeeded" {
+		t.Fatalf("after recovery: %s", r.Raw)
+	}
 }
