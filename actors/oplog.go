@@ -149,3 +149,27 @@ func (b *grain) admit(body []byte, owner persistence.Tenant, what string) (*Subm
 	acc, err := repeated(b.sys, b.id, key, sub)
 	return sub, key, acc, err
 }
+
+// sweepQueue visits owner's queued operations inside tx: fn may change one
+// (and says so, to have it written) and says whether it stays queued. It
+// returns the operations that stay, in order.
+func sweepQueue(tx *persistence.Tx, owner string, queue []int64, fn func(op *persistence.Operation) (changed, stays bool)) ([]int64, error) {
+	var left []int64
+	for _, seq := range queue {
+		op := new(persistence.Operation)
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(owner, seq), op); err != nil {
+			return nil, err
+		}
+		changed, stays := fn(op)
+		if stays {
+			left = append(left, seq)
+		}
+		if !changed {
+			continue
+		}
+		if err := tx.Put(persistence.Ops, persistence.SeqKey(owner, seq), op); err != nil {
+			return nil, err
+		}
+	}
+	return left, nil
+}

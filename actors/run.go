@@ -454,34 +454,23 @@ func (g *runGrain) end(_ actor.Context, body []byte) (any, error) {
 // included) and the executing one, and completes the run's ending if
 // nothing is executing.
 func (g *runGrain) stopWork(code, msg string) {
-	var ctl int64
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+	var left []int64
+	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		ctl = 0
-		for _, seq := range g.queue {
-			op := new(persistence.Operation)
-			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if op.Kind == payload.Cancel {
-				ctl = seq
-				continue
+				return false, true // the cancel itself completes the run's ending
 			}
 			settle(op, OpCancelled, code, msg, now)
-			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
-		}
-		return nil
+			return true, false
+		})
+		return err
 	})
 	if err != nil {
 		g.sys.log.Error("cancel queued operations", "run", g.id, "err", err)
 		return
 	}
-	g.queue = g.queue[:0]
-	if ctl != 0 {
-		g.queue = append(g.queue, ctl)
-	}
+	g.queue = left
 	if g.executing != 0 {
 		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing})
 		return

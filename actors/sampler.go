@@ -198,25 +198,17 @@ func (g *samplerGrain) runEnd(_ actor.Context, body []byte) (any, error) {
 // past the ended run's last one.
 func (g *samplerGrain) failUnreachable() {
 	var left []int64
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
-		left = left[:0]
+	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		for _, seq := range g.queue {
-			op := new(persistence.Operation)
-			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
 			req := required(op)
 			if req == nil || *req <= g.latest {
-				left = append(left, seq)
-				continue
+				return false, true
 			}
 			settle(op, OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
-			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
-		}
-		return nil
+			return true, false
+		})
+		return err
 	})
 	if err != nil {
 		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.id, "err", err)
@@ -325,19 +317,14 @@ func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		for _, seq := range g.queue {
-			op := new(persistence.Operation)
-			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+		_, err := sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if req := required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
 				op.Status, op.UpdatedAt = OpPending, now
-				if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-					return err
-				}
+				return true, true
 			}
-		}
-		return nil
+			return false, true
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -355,28 +342,20 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
 	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
 	var left []int64
-	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
-		left = left[:0]
+	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) (err error) {
 		r.ErrorCode = s.Code
 		if err := move(SamplerMoves, &r.Status, SamplerFailed); err != nil {
 			return err
 		}
 		now := g.sys.now()
-		for _, seq := range g.queue {
-			op := new(persistence.Operation)
-			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if req := required(op); req != nil && *req > s.Version {
-				left = append(left, seq)
-				continue
+				return false, true
 			}
 			settle(op, OpFailed, CodeSamplerFailed, msg, now)
-			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
-		}
-		return nil
+			return true, false
+		})
+		return err
 	})
 	if err != nil {
 		return err
@@ -503,15 +482,12 @@ func (g *samplerGrain) retire(actor.Context, []byte) (any, error) {
 	}
 	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
-		for _, seq := range g.queue {
-			op := new(persistence.Operation)
-			if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+		_, err := sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
 			settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
-			if err := tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
-				return err
-			}
+			return true, false
+		})
+		if err != nil {
+			return err
 		}
 		return move(SamplerMoves, &r.Status, SamplerRetired)
 	})
