@@ -42,6 +42,9 @@ type Config struct {
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory (default 10 minutes).
 	SamplerIdle time.Duration
+	// CredentialsKey is the file of the key that seals customer credentials
+	// (default: secrets/credentials.key in the data folder).
+	CredentialsKey string
 	// HubEndpoint is where hub exports go (hub.DefaultEndpoint when empty).
 	HubEndpoint string
 	Registry    *providers.Registry
@@ -99,7 +102,10 @@ func Start(cfg Config) (*System, error) {
 	if cfg.HubEndpoint == "" {
 		cfg.HubEndpoint = hub.DefaultEndpoint
 	}
-	vault, err := persistence.OpenVault(cfg.DataDir)
+	if cfg.CredentialsKey == "" {
+		cfg.CredentialsKey = persistence.SecretPath(cfg.DataDir, "credentials")
+	}
+	vault, err := persistence.OpenVault(cfg.CredentialsKey)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ const CredentialPrefix = "wtk_"
 // Vault seals and opens credentials.
 type Vault struct{ aead cipher.AEAD }
 
-// NewVault uses a 32-byte key (Secret(dataDir, "credentials")).
+// NewVault uses a 32-byte key.
 func NewVault(key []byte) (*Vault, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {
@@ -84,9 +84,9 @@ func AddCredential(st *Store, v *Vault, t Tenant, kind, name string, secret []by
 	return c, st.Update(func(tx *Tx) error { return tx.Put(Credentials, []byte(c.ID), c) })
 }
 
-// OpenVault is the vault under the data folder's credentials key.
-func OpenVault(dataDir string) (*Vault, error) {
-	key, err := Secret(dataDir, "credentials")
+// OpenVault is the vault under the key in the file at path.
+func OpenVault(path string) (*Vault, error) {
+	key, err := Secret(path)
 	if err != nil {
 		return nil, fmt.Errorf("credentials key: %w", err)
 	}

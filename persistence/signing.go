@@ -13,11 +13,16 @@ import (
 	"time"
 )
 
-// Secret returns the node's key called name: 32 bytes in
-// secrets/<name>.key under the data folder, made at random (owner-only)
-// the first time. Nodes that share a data folder share their keys.
-func Secret(dataDir, name string) ([]byte, error) {
-	path := filepath.Join(dataDir, "secrets", name+".key")
+// SecretPath is where the node keeps its key called name by default:
+// secrets/<name>.key under the data folder.
+func SecretPath(dataDir, name string) string {
+	return filepath.Join(dataDir, "secrets", name+".key")
+}
+
+// Secret returns the 32-byte key in the file at path, making it at random
+// (owner-only) the first time. Nodes that share a key file share the key;
+// an operator may also provide the file (from a secret store) beforehand.
+func Secret(path string) ([]byte, error) {
 	if key, err := os.ReadFile(path); err == nil {
 		if len(key) != 32 {
 			return nil, fmt.Errorf("secret %s: %d bytes, want 32", path, len(key))
@@ -35,7 +40,7 @@ func Secret(dataDir, name string) ([]byte, error) {
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if errors.Is(err, os.ErrExist) { // another process made it first
-		return Secret(dataDir, name)
+		return Secret(path)
 	}
 	if err != nil {
 		return nil, err

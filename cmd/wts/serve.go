@@ -56,6 +56,8 @@ func serveCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
 	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
+	signingKey := fs.String("signing-key", "", "file of the 32-byte key that signs download links (default: DATA/secrets/signing.key, made on first start)")
+	credentialsKey := credentialsKeyFlag(fs)
 	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,7 +85,8 @@ func serveCmd(args []string) error {
 		m, _ := catalog.Lookup(n)
 		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
 	}
-	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle})
+	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle,
+		CredentialsKey: *credentialsKey})
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,10 @@ func serveCmd(args []string) error {
 		sys.Stop(context.Background())
 		return err
 	}
-	key, err := persistence.Secret(*data, "signing")
+	if *signingKey == "" {
+		*signingKey = persistence.SecretPath(*data, "signing")
+	}
+	key, err := persistence.Secret(*signingKey)
 	if err != nil {
 		sys.Stop(context.Background())
 		return fmt.Errorf("signing key: %w", err)
@@ -217,11 +223,15 @@ func credentialsCmd(args []string) error {
 	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
 	name := fs.String("name", "", "a label to recognise it by")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
+	credentialsKey := credentialsKeyFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if *org == "" {
 		return fmt.Errorf("credentials add: --org is required")
+	}
+	if *credentialsKey == "" {
+		*credentialsKey = persistence.SecretPath(*data, "credentials")
 	}
 	// The token comes on standard input, never as an argument (which other
 	// users of the machine can read in the process list).
@@ -241,7 +251,7 @@ func credentialsCmd(args []string) error {
 		return fmt.Errorf("credentials add: %w (no node answers on %s either)", err, filepath.Join(*data, httpapi.AdminSocket))
 	}
 	defer st.Close()
-	vault, err := persistence.OpenVault(*data)
+	vault, err := persistence.OpenVault(*credentialsKey)
 	if err != nil {
 		return err
 	}
@@ -251,4 +261,10 @@ func credentialsCmd(args []string) error {
 	}
 	fmt.Println(c.ID)
 	return nil
+}
+
+// credentialsKeyFlag is the flag of the credentials key file, the same for
+// the node and for registering credentials on a stopped one.
+func credentialsKeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("credentials-key", "", "file of the 32-byte key that seals hub credentials (AES-256-GCM; default: DATA/secrets/credentials.key, made on first start)")
 }
