@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"math"
+	"strings"
 
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/persistence"
@@ -77,13 +78,20 @@ type Page[T any] struct {
 	NextAfterSeq int64 `json:"next_after_seq"`
 }
 
-// page reads up to limit records of run from bucket b with seq > after.
+// page reads up to limit records of a run (or a sampler) from bucket b with
+// seq > after.
 func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
-	if _, err := s.GetRun(t, runID); err != nil {
+	var err error
+	if strings.HasPrefix(runID, SamplerPrefix) { // a sampler's operations
+		_, err = s.GetSampler(t, runID)
+	} else {
+		_, err = s.GetRun(t, runID)
+	}
+	if err != nil {
 		return nil, err
 	}
 	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err = s.store.View(func(tx *persistence.Tx) error {
 		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 			var v T
 			if err := persistence.Decode(raw, &v); err != nil {
@@ -97,7 +105,7 @@ func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID st
 	return p, err
 }
 
-// ListOperations pages a run's operations in seq_id order.
+// ListOperations pages a run's (or a sampler's) operations in seq_id order.
 func (s *System) ListOperations(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Operation], error) {
 	p, err := page(s, t, persistence.Ops, runID, after, limit, func(o *persistence.Operation) int64 { return o.SeqID })
 	if p != nil {

@@ -223,8 +223,14 @@ func paging(ctx *fasthttp.RequestCtx) (after int64, limit int, err error) {
 // runPage answers a run's paged listing (after_seq, limit) of records
 // keyed by seq_id.
 func runPage[P any](list func(persistence.Tenant, string, int64, int) (P, error)) authed {
+	return ownerPage("run_id", actors.RunPrefix, "run", list)
+}
+
+// ownerPage answers a paged listing (after_seq, limit) of the records of
+// the run or sampler in path parameter param.
+func ownerPage[P any](param, prefix, what string, list func(persistence.Tenant, string, int64, int) (P, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+		id, err := pathID(ctx, param, prefix, what)
 		if err != nil {
 			return err
 		}

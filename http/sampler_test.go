@@ -170,6 +170,13 @@ func TestSamplers(t *testing.T) {
 		t.Fatalf("sampling after the run ended: %s", ok.Raw)
 	}
 
+	// The sampler's operations list in its own seq_id order.
+	list := n.do("GET", v1+"/samplers/"+sid+"/operations?limit=3", key, nil)
+	n.want(list, 200, "")
+	if items := list.Body["items"].([]any); len(items) != 3 || items[0].(map[string]any)["seq_id"].(float64) != 1 || list.Body["next_after_seq"].(float64) != 3 {
+		t.Errorf("sampler operations: %s", list.Raw)
+	}
+
 	// Sampling is metered: sample_tokens and device time of each sampler
 	// operation, settled when observed.
 	sampled := 0
