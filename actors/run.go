@@ -321,6 +321,11 @@ const leaseWriteEvery = time.Second
 // activity). Nothing is acknowledged before this is on disk.
 func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
 	var op *persistence.Operation
+	var next advanced
+	// With nothing queued or executing, the operation starts in the commit
+	// that accepts it (it is answered executing): one commit, not two,
+	// before the executor has it.
+	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		var ss persistence.Session
 		if _, err := tx.Get(persistence.Sessions, []byte(r.SessionID), &ss); err != nil {
@@ -353,13 +358,27 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		case payload.Cancel:
 			move(RunMoves, &r.Status, RunCancelRequested)
 		}
-		return putAccepted(tx, r.ID, op, idem)
+		if err := putAccepted(tx, r.ID, op, idem); err != nil {
+			return err
+		}
+		next = advanced{}
+		if !idle {
+			return nil
+		}
+		var err error
+		if next, err = g.advance(tx, r, []int64{op.SeqID}); err == nil && next.job != nil {
+			op.Status = OpExecuting
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	g.sys.cfg.Metrics.Accepted(kind)
 	g.queue = append(g.queue, op.SeqID)
+	if idle {
+		g.started(next)
+	}
 	return op, nil
 }
 
@@ -486,7 +505,7 @@ func (g *runGrain) kick() {
 	var next advanced
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		var err error
-		next, err = g.advance(tx, r)
+		next, err = g.advance(tx, r, g.queue)
 		return err
 	})
 	if err != nil {
@@ -510,9 +529,9 @@ type advanced struct {
 // busy run one commit per operation, not two. It reads the grain's queue
 // without changing it (the write may run it more than once); started
 // applies the outcome once the write is durable.
-func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, error) {
+func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
 	now := g.sys.now()
-	for i, seq := range g.queue {
+	for i, seq := range queue {
 		op := new(persistence.Operation)
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
 			return advanced{}, err
@@ -545,7 +564,7 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run) (advanced, er
 			return advanced{i + 1, next}, nil
 		}
 	}
-	return advanced{taken: len(g.queue)}, nil
+	return advanced{taken: len(queue)}, nil
 }
 
 // started applies a durable advance: the taken operations leave the queue,
@@ -653,7 +672,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			return nil
 		}
 		var aerr error
-		next, aerr = g.advance(tx, r)
+		next, aerr = g.advance(tx, r, g.queue)
 		return aerr
 	})
 	if err != nil {

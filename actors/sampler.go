@@ -138,6 +138,9 @@ func (g *samplerGrain) submit(_ actor.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	required := payload.Required(parsed)
+	// A ready sampler with nothing queued or running starts the operation in
+	// the commit that accepts it (it is answered executing).
+	idle := g.executing == 0 && len(g.queue) == 0 && g.syncing == 0 && g.rec.Status == SamplerReady && g.latest <= g.rec.SyncedWeightVersion
 	var op *persistence.Operation
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
@@ -152,6 +155,8 @@ func (g *samplerGrain) submit(_ actor.Context, body []byte) (any, error) {
 				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now)
 		case required != nil && *required > r.SyncedWeightVersion:
 			op.Status = OpParked
+		case idle:
+			op.Status = OpExecuting
 		}
 		r.NextSeqID++
 		r.LastActivityAt = now
@@ -161,11 +166,22 @@ func (g *samplerGrain) submit(_ actor.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	g.sys.cfg.Metrics.Accepted(sub.Kind)
-	if op.Status != OpFailed {
+	switch op.Status {
+	case OpExecuting:
+		g.run(op)
+	case OpPending, OpParked:
 		g.queue = append(g.queue, op.SeqID)
+		g.kick()
 	}
-	g.kick()
 	return handle(op, true), nil
+}
+
+// run hands a sampler operation marked executing to the sampling executor,
+// at the sampler's synced weights.
+func (g *samplerGrain) run(op *persistence.Operation) {
+	g.executing = op.SeqID
+	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.id})
 }
 
 // weightsUpdate tells a sampler of its run's new latest weight version.
@@ -277,9 +293,8 @@ func (g *samplerGrain) kick() {
 	if op.Status != OpExecuting {
 		return
 	}
-	g.queue, g.executing = g.queue[1:], seq
-	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
-		Epoch: g.epoch, SeqID: seq, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.id})
+	g.queue = g.queue[1:]
+	g.run(op)
 }
 
 // sync loads version into the sampling executor: syncing from ready,

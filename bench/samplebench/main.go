@@ -38,9 +38,10 @@ func main() {
 	preset := flag.String("preset", "small", "the generated base model")
 	wts := flag.String("wts", "", "the wts binary (default: build it)")
 	data := flag.String("data", "./build/samplebench", "data folder")
+	debugAddr := flag.String("debug-addr", "", "passed to wts serve: serve pprof there (to profile the service under load)")
 	flag.Parse()
 	levels := service.Levels(*levelsFlag)
-	svc := service.Serve(service.Build(*wts), *data, *preset, "--sampler-idle", "1h")
+	svc := service.Serve(service.Build(*wts), *data, *preset, "--sampler-idle", "1h", "--debug-addr", *debugAddr)
 	defer svc.Stop()
 
 	b := &bench{svc: svc, prompt: make([]int, *prompt)}
