@@ -31,8 +31,9 @@ type samplingExecutor struct {
 	done chan struct{}
 
 	// Owned by the worker goroutine.
-	held   map[string]*heldAdapter // sampler id → its adapter in memory
-	flying []*flight               // sample requests decoding
+	held     map[string]*heldAdapter // sampler id → its adapter in memory
+	flying   []*flight               // sample requests decoding
+	starting []*flight               // sample requests taken, to prefill together
 }
 
 // samplingCmd is a job, or (release set) the release of a sampler's
@@ -48,6 +49,8 @@ type flight struct {
 	stream *sampler.Stream
 	start  time.Time
 	prompt int // prompt tokens, metered with the generated ones
+	held   *heldAdapter
+	req    sampler.Request
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -116,12 +119,44 @@ func (e *samplingExecutor) work() {
 				break drain
 			}
 		}
+		e.launch()
 		e.step(ar)
 	}
 }
 
+// launch starts the sample requests taken since the last step, their
+// prompts prefilled together (one pass per base model).
+func (e *samplingExecutor) launch() {
+	byModel := map[*transformer.Model[float32]][]*flight{}
+	var order []*transformer.Model[float32]
+	for _, f := range e.starting {
+		if byModel[f.held.model] == nil {
+			order = append(order, f.held.model)
+		}
+		byModel[f.held.model] = append(byModel[f.held.model], f)
+	}
+	e.starting = e.starting[:0]
+	for _, m := range order {
+		fs := byModel[m]
+		zs, qs := make([]*transformer.Frozen[float32], len(fs)), make([]sampler.Request, len(fs))
+		for i, f := range fs {
+			zs[i], qs[i] = f.held.frozen, f.req
+		}
+		streams, errs := sampler.StartMany(m, zs, qs)
+		for i, f := range fs {
+			if errs[i] != nil {
+				e.report(f.job, failure(context.Background(), errs[i]), f.start)
+				continue
+			}
+			f.stream = streams[i]
+			e.flying = append(e.flying, f)
+		}
+	}
+}
+
 // take carries out a command: a sync or a logprobs at once, a sample by
-// joining the requests in flight.
+// joining the requests to start (launch prefills them together, and they
+// join the requests in flight).
 func (e *samplingExecutor) take(c samplingCmd) {
 	if c.release != "" {
 		delete(e.held, c.release)
@@ -150,12 +185,7 @@ func (e *samplingExecutor) take(c samplingCmd) {
 	}
 	switch p := p.(type) {
 	case *payload.SamplePayload:
-		s, err := sampler.Start(h.model, h.frozen, p.Request())
-		if err != nil {
-			e.report(j, failure(context.Background(), err), start)
-			return
-		}
-		e.flying = append(e.flying, &flight{job: j, stream: s, start: start, prompt: len(p.Prompt.TokenIDs)})
+		e.starting = append(e.starting, &flight{job: j, start: start, prompt: len(p.Prompt.TokenIDs), held: h, req: p.Request()})
 	case *payload.LogprobsPayload:
 		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
 		if err != nil {

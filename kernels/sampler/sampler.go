@@ -118,17 +118,46 @@ type Stream struct {
 // Start prefills a request's prompt (with its prompt logprobs when asked)
 // and draws each sample's first token.
 func Start(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Stream, error) {
+	streams, errs := StartMany(m, []*transformer.Frozen[float32]{z}, []Request{q})
+	return streams[0], errs[0]
+}
+
+// StartMany starts several requests (request i under adapter zs[i]) with
+// their prompts prefilled together in one pass. A request that fails its
+// checks gets its error and the others start.
+func StartMany(m *transformer.Model[float32], zs []*transformer.Frozen[float32], qs []Request) ([]*Stream, []error) {
 	c := m.Cfg()
-	if err := q.Validate(c.Vocab, c.MaxPos); err != nil {
-		return nil, err
+	streams, errs := make([]*Stream, len(qs)), make([]error, len(qs))
+	var ok []int
+	var okZ []*transformer.Frozen[float32]
+	var roots []*transformer.Cache[float32]
+	var prompts [][]int
+	for i, q := range qs {
+		if errs[i] = q.Validate(c.Vocab, c.MaxPos); errs[i] != nil {
+			continue
+		}
+		ok, okZ = append(ok, i), append(okZ, zs[i])
+		roots, prompts = append(roots, m.NewCache()), append(prompts, q.Prompt)
 	}
-	root := m.NewCache()
-	hidden, err := m.Extend(z, root, q.Prompt)
-	if err != nil {
-		return nil, err
+	if len(ok) == 0 {
+		return streams, errs
 	}
+	hidden, err := m.ExtendRows(okZ, roots, prompts)
+	for k, i := range ok {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		streams[i] = begin(m, zs[i], qs[i], roots[k], hidden[k])
+	}
+	return streams, errs
+}
+
+// begin makes the stream of a prefilled request: its prompt logprobs when
+// asked, each sample's cache and random stream, and its first tokens.
+func begin(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request, root *transformer.Cache[float32], hidden []float32) *Stream {
 	s := &Stream{m: m, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
-	P, D := len(q.Prompt), c.Hidden
+	P, D := len(q.Prompt), m.Cfg().Hidden
 	var last []float32
 	if q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0 {
 		s.res.PromptLogprobs, s.res.TopKPromptLogprobs = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
@@ -160,7 +189,7 @@ func Start(m *transformer.Model[float32], z *transformer.Frozen[float32], q Requ
 		s.draw(i, last)
 	}
 	s.prune()
-	return s, nil
+	return s
 }
 
 // draw appends sample i's next token from its logits row. Step calls it

@@ -344,10 +344,11 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// TestStepMixesAdapters decodes requests of two adapters and of the base
-// model in one batch: each gets what it gets alone (same tokens, same
-// logprobs within float rounding), so batching samplers together changes no
-// result.
+// TestStepMixesAdapters prefills and decodes requests of two adapters and
+// of the base model in one batch: each gets what it gets alone (same
+// tokens, same logprobs, prompt logprobs included, within float rounding),
+// so batching samplers together changes no result; a request that fails
+// its checks does not stop the others.
 func TestStepMixesAdapters(t *testing.T) {
 	m, ad := fixture(t)
 	other := ad.Clone()
@@ -363,13 +364,18 @@ func TestStepMixesAdapters(t *testing.T) {
 		reqs[i] = Request{Prompt: []int{3, 4 + i, 5}, NumSamples: 1 + i%3,
 			Params: Params{MaxTokens: 6 + 2*i, Temperature: 1, TopP: 1, TopK: -1, Seed: seedPtr(uint64(7 + i)), StopTokenIDs: []int{9}}}
 	}
-	var streams []*Stream
-	for i, q := range reqs {
-		s, err := Start(m, adapters[i], q)
+	reqs[1].IncludePromptLogprobs, reqs[2].TopKPromptLogprobs = true, 3
+	reqs = append(reqs, Request{Prompt: []int{1}, NumSamples: 1, Params: Params{MaxTokens: 0, TopK: -1}}) // refused alone
+	adapters = append(adapters, nil)
+	streams, errs := StartMany(m, adapters, reqs) // prompts prefilled together
+	if errs[4] == nil {
+		t.Fatal("a request with max_tokens 0 was started")
+	}
+	reqs, streams = reqs[:4], streams[:4]
+	for _, err := range errs[:4] {
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams = append(streams, s)
 	}
 	ar := transformer.NewArena[float32]()
 	for steps := 0; ; steps++ {
@@ -393,6 +399,22 @@ func TestStepMixesAdapters(t *testing.T) {
 		alone, err := Sample(m, adapters[i], q)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for k, w := range alone.PromptLogprobs {
+			g := streams[i].Result().PromptLogprobs[k]
+			if (w == nil) != (g == nil) || w != nil && math.Abs(*g-*w) > 1e-5 {
+				t.Fatalf("request %d prompt logprob %d: batched %v, alone %v", i, k, g, w)
+			}
+		}
+		if got := streams[i].Result().TopKPromptLogprobs; len(got) != len(alone.TopKPromptLogprobs) {
+			t.Fatalf("request %d: %d top-k prompt rows batched, %d alone", i, len(got), len(alone.TopKPromptLogprobs))
+		}
+		for k, row := range alone.TopKPromptLogprobs {
+			for r, a := range row {
+				if b := streams[i].Result().TopKPromptLogprobs[k][r]; a.Token != b.Token || math.Abs(a.Logprob-b.Logprob) > 1e-5 {
+					t.Fatalf("request %d top-k prompt logprobs differ: %v vs %v", i, a, b)
+				}
+			}
 		}
 		for j, want := range alone.Sequences {
 			got := streams[i].Result().Sequences[j]

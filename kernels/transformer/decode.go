@@ -80,6 +80,68 @@ func (m *Model[F]) Extend(z *Frozen[F], c *Cache[F], tokens []int) ([]F, error) 
 	return hidden, nil
 }
 
+// ExtendRows prefills several prompts at once, each into its own empty
+// cache under its own adapter (zs[i]; nil: the base model): one pass over
+// all their tokens, every base product once for all rows, each adapter's
+// LoRA terms on its prompt's rows, attention within each prompt. It returns
+// each prompt's hidden states [len(prompts[i]), D]. A prompt longer than a
+// prefill chunk is extended on its own, in chunks.
+func (m *Model[F]) ExtendRows(zs []*Frozen[F], caches []*Cache[F], prompts [][]int) ([][]F, error) {
+	cfg := m.W.Cfg
+	out := make([][]F, len(prompts))
+	var batch []int // prompts prefilled together
+	for i, p := range prompts {
+		if len(p) > prefillChunk || len(prompts) == 1 {
+			h, err := m.Extend(zs[i], caches[i], p)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = h
+			continue
+		}
+		if caches[i].prefix != nil || caches[i].n != 0 {
+			return nil, fmt.Errorf("extend rows: cache %d is not empty", i)
+		}
+		for _, t := range p {
+			if t < 0 || t >= cfg.Vocab {
+				return nil, fmt.Errorf("%w: token id %d, vocabulary [0, %d)", kerr.ErrTokenRange, t, cfg.Vocab)
+			}
+		}
+		batch = append(batch, i)
+	}
+	if len(batch) == 0 {
+		return out, nil
+	}
+	var tokens, pos []int
+	var rowZ []*Frozen[F]
+	start := make([]int, len(batch)+1) // batch prompt k has rows [start[k], start[k+1])
+	for k, i := range batch {
+		tokens = append(tokens, prompts[i]...)
+		for j := range prompts[i] {
+			pos = append(pos, j)
+			rowZ = append(rowZ, zs[i])
+		}
+		start[k+1] = len(tokens)
+	}
+	D, Q, KV, H := cfg.Hidden, cfg.QDim(), cfg.KVDim(), cfg.Heads
+	s := m.newStep(tokens, pos)
+	hidden := make([]F, len(tokens)*D)
+	lse := make([]F, prefillChunk*H)
+	m.cachedForward(groupRows(rowZ), s, hidden, func(l int) {
+		for k, i := range batch {
+			lo, hi, c := start[k], start[k+1], caches[i]
+			c.k[l] = append(c.k[l], s.k[lo*KV:hi*KV]...)
+			c.v[l] = append(c.v[l], s.v[lo*KV:hi*KV]...)
+			ops.Attention(s.attn[lo*Q:hi*Q], lse, s.q[lo*Q:hi*Q], c.k[l], c.v[l], hi-lo, hi-lo, H, cfg.KVHeads, cfg.HeadDim)
+		}
+	})
+	for k, i := range batch {
+		caches[i].n = start[k+1] - start[k]
+		out[i] = hidden[start[k]*D : start[k+1]*D]
+	}
+	return out, nil
+}
+
 // step is the per-pass scratch of a cached forward: one row per new token,
 // and the RoPE table for the positions they take.
 type step[F gemm.Float] struct {
