@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"math"
-	"strings"
 
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/persistence"
@@ -78,20 +77,20 @@ type Page[T any] struct {
 	NextAfterSeq int64 `json:"next_after_seq"`
 }
 
-// page reads up to limit records of a run (or a sampler) from bucket b with
-// seq > after.
+// page reads up to limit records of a run from bucket b with seq > after.
 func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
-	var err error
-	if strings.HasPrefix(runID, SamplerPrefix) { // a sampler's operations
-		_, err = s.GetSampler(t, runID)
-	} else {
-		_, err = s.GetRun(t, runID)
-	}
-	if err != nil {
+	if _, err := s.GetRun(t, runID); err != nil {
 		return nil, err
 	}
+	return seqPage(s, b, runID, after, limit, seqOf)
+}
+
+// seqPage reads up to limit records of owner (a run or a sampler) from
+// bucket b with seq > after; the caller has checked the owner is the
+// caller's.
+func seqPage[T any](s *System, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
 	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
-	err = s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx *persistence.Tx) error {
 		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 			var v T
 			if err := persistence.Decode(raw, &v); err != nil {
@@ -105,9 +104,23 @@ func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID st
 	return p, err
 }
 
-// ListOperations pages a run's (or a sampler's) operations in seq_id order.
+// ListOperations pages a run's operations in seq_id order.
 func (s *System) ListOperations(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Operation], error) {
-	p, err := page(s, t, persistence.Ops, runID, after, limit, func(o *persistence.Operation) int64 { return o.SeqID })
+	return handles(page(s, t, persistence.Ops, runID, after, limit, opSeq))
+}
+
+// ListSamplerOperations pages a sampler's operations in seq_id order.
+func (s *System) ListSamplerOperations(t persistence.Tenant, samplerID string, after int64, limit int) (*Page[persistence.Operation], error) {
+	if _, err := s.GetSampler(t, samplerID); err != nil {
+		return nil, err
+	}
+	return handles(seqPage(s, persistence.Ops, samplerID, after, limit, opSeq))
+}
+
+func opSeq(o *persistence.Operation) int64 { return o.SeqID }
+
+// handles drops the payloads of a page of operations (callers see handles).
+func handles(p *Page[persistence.Operation], err error) (*Page[persistence.Operation], error) {
 	if p != nil {
 		for i := range p.Items {
 			p.Items[i].Payload = nil

@@ -12,8 +12,8 @@ import (
 
 const samplerKind = "sampler"
 
-// SamplerPrefix is in ids.go; a run's sampler id is derived from the run's
-// (a run has one sampler), so the trainer can name it before it exists.
+// samplerID is the id of run runID's sampler, derived from the run's (a run
+// has one sampler) so that the trainer can name it before it exists.
 func samplerID(runID string) string { return SamplerPrefix + runID[len(RunPrefix):] }
 
 // Codes of sampler operations.

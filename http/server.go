@@ -134,7 +134,7 @@ func (s *Server) router() *router.Router {
 	r.POST(v1+"/runs/{run_id}/operations", s.api(submitTo("run_id", actors.RunPrefix, "run", runKinds, s.sys.Submit)))
 	r.POST(v1+"/samplers/{sampler_id}/operations", s.api(submitTo("sampler_id", actors.SamplerPrefix, "sampler", samplerKinds, s.sys.SubmitToSampler)))
 	r.GET(v1+"/samplers/{sampler_id}", s.api(byID("sampler_id", actors.SamplerPrefix, "sampler", s.sys.GetSampler)))
-	r.GET(v1+"/samplers/{sampler_id}/operations", s.api(ownerPage("sampler_id", actors.SamplerPrefix, "sampler", s.sys.ListOperations)))
+	r.GET(v1+"/samplers/{sampler_id}/operations", s.api(ownerPage("sampler_id", actors.SamplerPrefix, "sampler", s.sys.ListSamplerOperations)))
 	r.GET(v1+"/runs/{run_id}/operations", s.api(runPage(s.sys.ListOperations)))
 	r.GET(v1+"/runs/{run_id}/checkpoints", s.api(runPage(s.sys.ListCheckpoints)))
 	r.GET(v1+"/runs/{run_id}/artifacts", s.api(runPage(s.sys.ListArtifacts)))
