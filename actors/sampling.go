@@ -43,14 +43,13 @@ type samplingCmd struct {
 	release string
 }
 
-// flight is a sample request decoding.
+// flight is a sample request, from its start to its last token.
 type flight struct {
 	job    *samplingJob
-	stream *sampler.Stream
-	start  time.Time
-	prompt int // prompt tokens, metered with the generated ones
 	held   *heldAdapter
 	req    sampler.Request
+	stream *sampler.Stream // once started
+	start  time.Time
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -127,22 +126,14 @@ func (e *samplingExecutor) work() {
 // launch starts the sample requests taken since the last step, their
 // prompts prefilled together (one pass per base model).
 func (e *samplingExecutor) launch() {
-	byModel := map[*transformer.Model[float32]][]*flight{}
-	var order []*transformer.Model[float32]
-	for _, f := range e.starting {
-		if byModel[f.held.model] == nil {
-			order = append(order, f.held.model)
-		}
-		byModel[f.held.model] = append(byModel[f.held.model], f)
-	}
+	groups := byModel(e.starting, func(f *flight) *transformer.Model[float32] { return f.held.model })
 	e.starting = e.starting[:0]
-	for _, m := range order {
-		fs := byModel[m]
+	for _, fs := range groups {
 		zs, qs := make([]*transformer.Frozen[float32], len(fs)), make([]sampler.Request, len(fs))
 		for i, f := range fs {
 			zs[i], qs[i] = f.held.frozen, f.req
 		}
-		streams, errs := sampler.StartMany(m, zs, qs)
+		streams, errs := sampler.StartMany(fs[0].held.model, zs, qs)
 		for i, f := range fs {
 			if errs[i] != nil {
 				e.report(f.job, failure(context.Background(), errs[i]), f.start)
@@ -185,7 +176,7 @@ func (e *samplingExecutor) take(c samplingCmd) {
 	}
 	switch p := p.(type) {
 	case *payload.SamplePayload:
-		e.starting = append(e.starting, &flight{job: j, start: start, prompt: len(p.Prompt.TokenIDs), held: h, req: p.Request()})
+		e.starting = append(e.starting, &flight{job: j, held: h, req: p.Request(), start: start})
 	case *payload.LogprobsPayload:
 		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
 		if err != nil {
@@ -198,9 +189,8 @@ func (e *samplingExecutor) take(c samplingCmd) {
 	}
 }
 
-// step decodes one token for every request in flight (all on one base
-// model today: each catalog model would step on its own) and reports the
-// requests that finished.
+// step decodes one token for every request in flight, one batched pass per
+// base model, and reports the requests that finished.
 func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 	var streams []*sampler.Stream
 	for _, f := range e.flying {
@@ -209,8 +199,10 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 		}
 	}
 	var err error
-	if len(streams) > 0 {
-		err = stepByModel(streams, ar)
+	for _, ss := range byModel(streams, (*sampler.Stream).Model) {
+		if err = sampler.Step(ss, ar); err != nil {
+			break
+		}
 	}
 	left := e.flying[:0]
 	for _, f := range e.flying {
@@ -219,7 +211,7 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 			e.report(f.job, failure(context.Background(), err), f.start)
 		case f.stream.Done():
 			res := f.stream.Result()
-			tokens := int64(f.prompt)
+			tokens := int64(len(f.req.Prompt)) // the prompt is metered with the generated tokens
 			for _, s := range res.Sequences {
 				tokens += int64(len(s.Tokens))
 			}
@@ -232,23 +224,20 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 	e.flying = left
 }
 
-// stepByModel steps streams together, one batched pass per base model.
-func stepByModel(streams []*sampler.Stream, ar *transformer.Arena[float32]) error {
-	byModel := map[*transformer.Model[float32]][]*sampler.Stream{}
-	var order []*transformer.Model[float32]
-	for _, s := range streams {
-		m := s.Model()
-		if byModel[m] == nil {
-			order = append(order, m)
+// byModel groups items by their base model, in the order first seen.
+func byModel[T any](items []T, model func(T) *transformer.Model[float32]) [][]T {
+	index := map[*transformer.Model[float32]]int{}
+	var groups [][]T
+	for _, it := range items {
+		m := model(it)
+		k, seen := index[m]
+		if !seen {
+			k, index[m] = len(groups), len(groups)
+			groups = append(groups, nil)
 		}
-		byModel[m] = append(byModel[m], s)
+		groups[k] = append(groups[k], it)
 	}
-	for _, m := range order {
-		if err := sampler.Step(byModel[m], ar); err != nil {
-			return err
-		}
-	}
-	return nil
+	return groups
 }
 
 // succeeded is the outcome of a sampler operation with result res.
