@@ -220,13 +220,14 @@ func (s *System) publish(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	var commit string
 	end := func(err error) error {
 		if ctx.Err() != nil {
 			return err // stopping: left uploading, taken again at the next start
 		}
 		_, serr := s.setExport(id, func(e *persistence.Export) {
 			if err == nil {
-				e.Status, e.ResultArtifactID = ExportSucceeded, e.ArtifactID
+				e.Status, e.ResultArtifactID, e.CommitOID = ExportSucceeded, e.ArtifactID, commit
 				return
 			}
 			e.Status, e.ErrorCode, e.ErrorMessage = ExportFailed, hub.CodeOf(err), err.Error()
@@ -264,10 +265,7 @@ func (s *System) publish(ctx context.Context, id string) error {
 		err = c.CreateBranch(uctx, ex.Repo, ex.Revision)
 	}
 	if err == nil {
-		var oid string
-		if oid, err = c.Upload(uctx, ex.Repo, ex.Revision, fmt.Sprintf("Upload LoRA adapter %s from wts run %s", a.ID, a.RunID), files); err == nil {
-			s.setExport(id, func(e *persistence.Export) { e.CommitOID = oid })
-		}
+		commit, err = c.Upload(uctx, ex.Repo, ex.Revision, fmt.Sprintf("Upload LoRA adapter %s from wts run %s", a.ID, a.RunID), files)
 	}
 	return end(err)
 }
