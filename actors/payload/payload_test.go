@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/wts-project/wts/kernels/model"
 )
 
 func TestStrictErrors(t *testing.T) {
@@ -69,16 +71,73 @@ func TestParseBatch(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2,3]}}],"loss_fn":"ppo"}`)
 	f.Add(`{"adam_params":{"learning_rate":0.1,"beta1":0.5}}`)
+	f.Add(`{"prompt":{"token_ids":[1,2]},"parameters":{"max_tokens":4,"temperature":0.5,"top_p":1,"top_k":-1,"seed":3,"stop_token_ids":[2]},"num_samples":2,"required_weight_version":1}`)
+	f.Add(`{"input":{"token_ids":[5]},"required_weight_version":null}`)
+	f.Add(`{"checkpoint_id":"wtc_0123456789abcdef0123456789abcdef","with_optimizer":true}`)
+	f.Add(`{"name":"x"}`)
+	cfg := model.Presets["tiny"]
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, kind := range []string{ForwardBackward, OptimStep} {
-			_, err := Parse(kind, []byte(body))
+		for _, kind := range []string{ForwardBackward, OptimStep, Sample, Logprobs, SaveState, LoadState, ExportLoRA, SaveWeightsForSampler} {
+			p, err := Parse(kind, []byte(body))
 			var inv *Invalid
 			var mal *Malformed
 			if err != nil && !errors.As(err, &inv) && !errors.As(err, &mal) {
 				t.Fatalf("%s %q: unclassified error %v", kind, body, err)
 			}
+			if err == nil {
+				CheckModel(p, cfg) // must not panic on anything Parse let through
+			}
 		}
 	})
+}
+
+// TestSamplerPayloads holds the sample and logprobs payloads to the spec's
+// schema: required fields, ranges, no additional properties.
+func TestSamplerPayloads(t *testing.T) {
+	ok := `{"prompt":{"token_ids":[1,2]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`
+	p, err := Parse(Sample, []byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := p.(*SamplePayload).Request(); q.Params.MaxTokens != 4 || q.Params.Seed != nil || q.NumSamples != 1 || Required(p) != nil {
+		t.Errorf("request %+v", q)
+	}
+	for name, body := range map[string]string{
+		"no prompt":           `{"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`,
+		"no parameters":       `{"prompt":{"token_ids":[1]},"num_samples":1}`,
+		"no num_samples":      `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1}}`,
+		"65 samples":          `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":65}`,
+		"no temperature":      `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"top_p":1,"top_k":-1},"num_samples":1}`,
+		"temperature 3":       `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":3,"top_p":1,"top_k":-1},"num_samples":1}`,
+		"max_tokens 4097":     `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4097,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`,
+		"top_k -2":            `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-2},"num_samples":1}`,
+		"negative seed":       `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1,"seed":-1},"num_samples":1}`,
+		"extra parameter":     `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1,"beam":2},"num_samples":1}`,
+		"extra field":         `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1,"n":1}`,
+		"topk 101":            `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1,"topk_prompt_logprobs":101}`,
+		"negative version":    `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1,"required_weight_version":-1}`,
+		"257 stop tokens":     `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1,"stop_token_ids":[` + strings.Repeat("1,", 256) + `1]},"num_samples":1}`,
+		"negative stop token": `{"prompt":{"token_ids":[1]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1,"stop_token_ids":[-1]},"num_samples":1}`,
+		"empty prompt":        `{"prompt":{"token_ids":[]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`,
+	} {
+		var inv *Invalid
+		if _, err := Parse(Sample, []byte(body)); !errors.As(err, &inv) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, body := range map[string]string{
+		"no input":    `{"required_weight_version":1}`,
+		"extra field": `{"input":{"token_ids":[1]},"top":1}`,
+		"bad version": `{"input":{"token_ids":[1]},"required_weight_version":-3}`,
+	} {
+		var inv *Invalid
+		if _, err := Parse(Logprobs, []byte(body)); !errors.As(err, &inv) {
+			t.Errorf("logprobs %s: %v", name, err)
+		}
+	}
+	if p, err := Parse(Logprobs, []byte(`{"input":{"token_ids":[1,2]},"required_weight_version":2}`)); err != nil || *Required(p) != 2 {
+		t.Errorf("logprobs: %v %v", p, err)
+	}
 }
 
 // tokenBody is a forward payload with one 32,768-token datum.
