@@ -94,16 +94,23 @@ func (n *node) start() {
 	n.base = "http://" + p.Addr
 }
 
+// stop shuts the server down as an operator would (SIGTERM) and checks it
+// exited cleanly: a server built with -race (GOFLAGS=-race go test ./http)
+// exits 66 when it saw a data race.
 func (n *node) stop() {
 	if n.cmd != nil && n.cmd.ProcessState == nil {
 		n.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { n.cmd.Wait(); close(done) }()
+		done := make(chan error, 1)
+		go func() { done <- n.cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				n.t.Errorf("the server did not exit cleanly on SIGTERM: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			n.cmd.Process.Kill()
 			<-done
+			n.t.Error("the server did not stop within 30 s of SIGTERM")
 		}
 	}
 }
