@@ -5,8 +5,8 @@ import (
 	"github.com/wts-project/wts/kernels/model"
 )
 
-// Weight is the base tensor W [out, in] that module m of layer L adapts.
-func (m Module) Weight(L *model.Layer[float32]) *[]float32 {
+// weight is the base tensor W [out, in] that module m of layer L adapts.
+func (m Module) weight(L *model.Layer[float32]) *[]float32 {
 	return [NumModules]*[]float32{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Wg, &L.Wu, &L.Wd}[m]
 }
 
@@ -28,7 +28,7 @@ func Merge(w *model.Weights[float32], a *Adapter[float32]) *model.Weights[float3
 	for l := range out.Layers {
 		for m := Module(0); m < NumModules; m++ {
 			if p := a.Layers[l][m]; p != nil {
-				dst := m.Weight(&out.Layers[l])
+				dst := m.weight(&out.Layers[l])
 				*dst = fold(*dst, p)
 			}
 		}
