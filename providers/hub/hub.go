@@ -79,14 +79,7 @@ func (c *Client) call(ctx context.Context, method, u, contentType string, body i
 		req.Header.Set("Content-Type", contentType)
 		req.Header.Set("Accept", strings.Replace(contentType, "x-ndjson", "json", 1))
 	}
-	if c.Token != "" && strings.HasPrefix(u, c.Endpoint) {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return err
 	}
@@ -119,6 +112,27 @@ func (c *Client) call(ctx context.Context, method, u, contentType string, body i
 		}
 	}
 	return nil
+}
+
+// do sends a request. The token goes only to the Hub's own endpoint, and
+// only when the request carries no authorization of its own (an LFS
+// action's headers may).
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.Token != "" && req.Header.Get("Authorization") == "" && sameOrigin(req.URL, c.Endpoint) {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
+}
+
+// sameOrigin reports whether u is on the endpoint's scheme and host (a
+// prefix test would also match hub.example.com.elsewhere.net).
+func sameOrigin(u *url.URL, endpoint string) bool {
+	e, err := url.Parse(endpoint)
+	return err == nil && u.Scheme == e.Scheme && u.Host == e.Host
 }
 
 func jsonBody(v any) io.Reader {
@@ -303,14 +317,7 @@ func (c *Client) send(ctx context.Context, method string, a *action, contentType
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	if _, ok := a.Header["Authorization"]; !ok && strings.HasPrefix(a.Href, c.Endpoint) {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return err
 	}
