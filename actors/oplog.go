@@ -173,3 +173,22 @@ func sweepQueue(tx *persistence.Tx, owner string, queue []int64, fn func(op *per
 	}
 	return left, nil
 }
+
+// outcome decodes an executor's report on an operation and keeps it only
+// when it is about the one this activation has executing: a report meant
+// for an older activation is dropped (recovery settled that operation).
+func outcome(body []byte, epoch uint64, executing int64) (*done, error) {
+	d, err := decode[done](body)
+	if err != nil || d.Epoch != epoch || d.SeqID != executing {
+		return nil, err
+	}
+	return d, nil
+}
+
+// endWith ends op as report d says, with its result and its usage at
+// prices p; trainer: it ran on the run's trainer (see recordUsage).
+func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
+	settle(op, d.Status, d.Code, d.Message, now)
+	op.Result = d.Result
+	recordUsage(op, d, p, now, trainer)
+}

@@ -614,17 +614,14 @@ type done struct {
 }
 
 func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
-	d, err := decode[done](body)
-	if err != nil {
+	d, err := outcome(body, g.epoch, g.executing)
+	if d == nil {
 		return nil, err
-	}
-	if d.Epoch != g.epoch || d.SeqID != g.executing {
-		return nil, nil // for an older activation, which recovery has settled
 	}
 	if d.Handoff {
 		return nil, g.handOff(d)
 	}
-	prices, err := g.prices()
+	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -635,8 +632,7 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		settle(op, d.Status, d.Code, d.Message, now)
-		op.Result = d.Result
+		endWith(op, d, prices, now, op.Kind != payload.Sample) // a run-scoped sample ran on the sampler
 		if d.SnapshotSeq > 0 {
 			r.SnapshotSeq = d.SnapshotSeq
 		}
@@ -649,7 +645,6 @@ func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
 				return err
 			}
 		}
-		recordUsage(op, d, prices, now, op.Kind != payload.Sample)
 		if d.Status == OpSucceeded {
 			if err := recordOutputs(tx, r, op, d); err != nil {
 				return err

@@ -389,12 +389,9 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 }
 
 func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
-	d, err := decode[done](body)
-	if err != nil {
+	d, err := outcome(body, g.epoch, g.executing)
+	if d == nil {
 		return nil, err
-	}
-	if d.Epoch != g.epoch || d.SeqID != g.executing {
-		return nil, nil
 	}
 	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
@@ -406,9 +403,7 @@ func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		settle(op, d.Status, d.Code, d.Message, now)
-		op.Result = d.Result
-		recordUsage(op, d, prices, now, false)
+		endWith(op, d, prices, now, false)
 		r.LastActivityAt = now
 		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op)
 	})

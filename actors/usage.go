@@ -16,13 +16,8 @@ type priceList struct {
 	billing  providers.Billing
 }
 
-// prices reads the run's price list once per activation (the snapshot is
-// immutable).
-func (g *runGrain) prices() (*priceList, error) {
-	return g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
-}
-
-// prices reads a session's price list into *cached the first time.
+// prices reads a session's price list into *cached the first time (once
+// per grain activation: the snapshot is immutable).
 func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID string) (*priceList, error) {
 	if *cached != nil {
 		return *cached, nil
