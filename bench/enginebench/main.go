@@ -37,6 +37,8 @@ type report struct {
 	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s,omitempty"`
 	WeightBytes    int64   `json:"weight_bytes_per_token,omitempty"`
 	BandwidthGBps  float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
+	DecodeOfBound  float64 `json:"decode_fraction_of_bound,omitempty"`
+	Batch16Speedup float64 `json:"decode_batch16_speedup,omitempty"`
 }
 
 func main() {
@@ -49,6 +51,7 @@ func main() {
 	profile := flag.String("cpuprofile", "", "write a CPU profile here")
 	skipTrain := flag.Bool("decode-only", false, "skip the forward_backward run")
 	batched := flag.Bool("batched", true, "also run the 16-sequence decode")
+	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -92,17 +95,12 @@ func main() {
 	}
 	if *decode > 0 {
 		prompt := data[0].ModelInput[:16]
-		run := func(n int) float64 {
-			secs := median(3, func() {
-				_, err := sampler.Sample(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
-					Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
-				check(err)
-			})
-			return float64(n**decode) / secs
-		}
-		rep.DecodeTokPerS = run(1)
-		if *batched {
-			rep.Batch16TokPerS = run(16)
+		decodeSecs := func(n int) float64 {
+			t0 := time.Now()
+			_, err := sampler.Sample(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
+				Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
+			check(err)
+			return time.Since(t0).Seconds()
 		}
 		// Bytes of weights read per decoded token (LM head included, the
 		// embedding row lookup not), at float32.
@@ -110,8 +108,28 @@ func main() {
 		if !w.Cfg.TieEmbed {
 			rep.WeightBytes -= 4 * int64(w.Cfg.Vocab*w.Cfg.Hidden)
 		}
-		rep.BandwidthGBps = streamBandwidth()
-		rep.BoundTokPerS = rep.BandwidthGBps * 1e9 / float64(rep.WeightBytes)
+		// The machine's bandwidth moves from minute to minute, so each
+		// round decodes and then reads the stream buffer, and the ratios are
+		// taken round by round.
+		bw := newStream()
+		decodeSecs(1) // warm-up: page faults, pools
+		var single, bound, frac, batch16, speedup []float64
+		for i := 0; i < *rounds; i++ {
+			one := float64(*decode) / decodeSecs(1)
+			gbps := bw.measure()
+			b := gbps * 1e9 / float64(rep.WeightBytes)
+			single, bound, frac = append(single, one), append(bound, b), append(frac, one/b)
+			rep.BandwidthGBps = gbps
+			if *batched {
+				many := float64(16**decode) / decodeSecs(16)
+				batch16, speedup = append(batch16, many), append(speedup, many/one)
+			}
+		}
+		rep.DecodeTokPerS, rep.BoundTokPerS, rep.DecodeOfBound = mid(single), mid(bound), mid(frac)
+		rep.BandwidthGBps = mid(bound) * float64(rep.WeightBytes) / 1e9
+		if *batched {
+			rep.Batch16TokPerS, rep.Batch16Speedup = mid(batch16), mid(speedup)
+		}
 	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
@@ -138,16 +156,9 @@ func median(n int, f func()) float64 {
 	return ts[n/2]
 }
 
-// streamBandwidth measures read bandwidth over a buffer far larger than the
-// caches, with all cores summing their share, as a decode step reads weights.
-func streamBandwidth() float64 {
-	buf := make([]float32, 256<<20/4)
-	for i := range buf {
-		buf[i] = 1
-	}
-	x := make([]float32, 4096)
-	secs := median(5, func() {
-		benchSum(buf, x)
-	})
-	return float64(len(buf)*4) / secs / 1e9
+// mid is the median of xs.
+func mid(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

@@ -1,12 +1,30 @@
 package main
 
-import "github.com/wts-project/wts/kernels/gemm"
+import (
+	"github.com/wts-project/wts/kernels/gemm"
+)
 
-// benchSum reads buf once through the same GEMV kernel decode uses: buf is
-// viewed as a [rows, len(x)] matrix times x.
-func benchSum(buf, x []float32) {
-	k := len(x)
-	rows := len(buf) / k
-	out := make([]float32, rows)
-	gemm.Sgemm(false, true, 1, rows, k, 1, x, k, buf, k, 0, out, rows)
+// stream is the bandwidth peer of single-stream decode: a buffer far larger
+// than the caches, read once per pass by all cores through the GEMV decode
+// would use on a weight of its size.
+type stream struct {
+	buf, x, out []float32
+}
+
+func newStream() *stream {
+	s := &stream{buf: make([]float32, 256<<20/4), x: make([]float32, 4096)}
+	for i := range s.buf {
+		s.buf[i] = 1
+	}
+	s.out = make([]float32, len(s.buf)/len(s.x))
+	return s
+}
+
+// measure returns the median read bandwidth of five passes, in GB/s.
+func (s *stream) measure() float64 {
+	k := len(s.x)
+	rows := len(s.buf) / k
+	return float64(len(s.buf)*4) / median(5, func() {
+		gemm.Sgemm(false, true, 1, rows, k, 1, s.x, k, s.buf, k, 0, s.out, rows)
+	}) / 1e9
 }

@@ -119,6 +119,15 @@ func TestKernelsMatchPortable(t *testing.T) {
 				t.Fatalf("gemv16 k=%d: %v vs %v", k, g1, g2)
 			}
 		}
+		var h1, h2 [4 * nr]float32
+		panels := randSlice(r, 4*k*nr)
+		gemv64(x, panels, &h1)
+		gemv64Go(x, panels, &h2)
+		for i := range h1 {
+			if math.Abs(float64(h1[i]-h2[i])) > 1e-4 {
+				t.Fatalf("gemv64 k=%d: %v vs %v", k, h1, h2)
+			}
+		}
 		for _, ta := range []bool{false, true} {
 			a := randSlice(r, (k+mr)*(k+mr))
 			bp := randSlice(r, k*nr)
@@ -240,11 +249,12 @@ func TestPackedMatchesRef(t *testing.T) {
 				arows = k
 			}
 			a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
-			c := randSlice(r, m*n)
+			ldc := n + 2
+			c := randSlice(r, m*ldc)
 			c2 := append([]float32(nil), c...)
 			want := append([]float32(nil), c...)
-			Ref(ta, true, m, n, k, 0.5, a, lda, w, k+2, 1, want, n)
-			PackT(w, n, k, k+2).Mul(ta, m, 0.5, a, lda, 1, c, n)
+			Ref(ta, true, m, n, k, 0.5, a, lda, w, k+2, 1, want, ldc)
+			PackT(w, n, k, k+2).Mul(ta, m, 0.5, a, lda, 1, c, ldc)
 			// The same product from B = Wᵀ stored as a [k, n] matrix.
 			wt := make([]float32, k*(n+1))
 			for j := 0; j < n; j++ {
@@ -252,7 +262,7 @@ func TestPackedMatchesRef(t *testing.T) {
 					wt[p*(n+1)+j] = w[j*(k+2)+p]
 				}
 			}
-			PackN(wt, k, n, n+1).Mul(ta, m, 0.5, a, lda, 1, c2, n)
+			PackN(wt, k, n, n+1).Mul(ta, m, 0.5, a, lda, 1, c2, ldc)
 			for i := range c {
 				if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
 					t.Fatalf("m=%d n=%d k=%d ta=%v: [%d] %v / %v vs %v", m, n, k, ta, i, c[i], c2[i], want[i])

@@ -62,6 +62,21 @@ func gemv16(x, panel []float32, y *[nr]float32) {
 }
 
 //go:noescape
+func gemv64AVX(k int, x, panels *float32, stride int, y *float32)
+
+// gemv64 is gemv16 over four consecutive packed panels of depth len(x) at
+// once: panel i's sums go to y[16i : 16i+16].
+func gemv64(x, panels []float32, y *[4 * nr]float32) {
+	k := len(x)
+	if !useAVX || k == 0 {
+		gemv64Go(x, panels, y)
+		return
+	}
+	_ = panels[4*k*nr-1]
+	gemv64AVX(k, &x[0], &panels[0], 4*k*nr, &y[0])
+}
+
+//go:noescape
 func axpyAVX(n int, alpha float32, x, y *float32)
 
 func axpy(alpha float32, x, y []float32) {

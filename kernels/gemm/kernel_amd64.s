@@ -409,6 +409,56 @@ g16store:
 	VZEROUPPER
 	RET
 
+// func gemv64AVX(k int, x, panels *float32, stride int, y *float32)
+// y[16i : 16i+16] += Σ_p x[p]·panel_i[p·16 : p·16+16] for the four panels at
+// panels + i·stride bytes. Four read streams at once: one stream alone draws
+// about a fifth less bandwidth from memory than several in flight.
+TEXT ·gemv64AVX(SB), NOSPLIT, $0-40
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ panels+16(FP), DI
+	MOVQ stride+24(FP), R11
+	MOVQ y+32(FP), DX
+	LEAQ (R11)(R11*2), R12
+	ZERO8
+	TESTQ CX, CX
+	JE   g64store
+
+g64loop:
+	VBROADCASTSS (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS (DI)(R11*1), Y8, Y2
+	VFMADD231PS 32(DI)(R11*1), Y8, Y3
+	VFMADD231PS (DI)(R11*2), Y8, Y4
+	VFMADD231PS 32(DI)(R11*2), Y8, Y5
+	VFMADD231PS (DI)(R12*1), Y8, Y6
+	VFMADD231PS 32(DI)(R12*1), Y8, Y7
+	ADDQ $4, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  g64loop
+
+g64store:
+	VADDPS (DX), Y0, Y0
+	VADDPS 32(DX), Y1, Y1
+	VADDPS 64(DX), Y2, Y2
+	VADDPS 96(DX), Y3, Y3
+	VADDPS 128(DX), Y4, Y4
+	VADDPS 160(DX), Y5, Y5
+	VADDPS 192(DX), Y6, Y6
+	VADDPS 224(DX), Y7, Y7
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VMOVUPS Y4, 128(DX)
+	VMOVUPS Y5, 160(DX)
+	VMOVUPS Y6, 192(DX)
+	VMOVUPS Y7, 224(DX)
+	VZEROUPPER
+	RET
+
 // In-place A variants of the 6x16 kernel for narrow products, where packing
 // A would cost as much as the multiply. B is a packed panel as before.
 

@@ -62,6 +62,13 @@ func gemv16Go(x, panel []float32, y *[nr]float32) {
 	}
 }
 
+func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
+	k := len(x)
+	for i := 0; i < 4; i++ {
+		gemv16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
+	}
+}
+
 // kernelInPlaceGo is kernelInPlace's portable twin.
 func kernelInPlaceGo(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
 	tileGo(mr, ta, k, a, lda, b, c, ldc)

@@ -72,31 +72,48 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 const packedGemvM = 4
 
 // gemv serves few rows (single-stream decode): one parallel region; each
-// worker takes a range of panels and walks the k blocks outermost, so within
-// a block its panels are one sequential stream, the access pattern memory
-// prefetchers serve best.
+// worker takes a range of panels and walks the k blocks outermost, four
+// panels at a time, so within a block it reads four sequential streams, the
+// access pattern that draws the most bandwidth from memory (one stream alone
+// gets about a fifth less). The kernels add straight into C; alpha scales
+// the few rows of A instead of every output.
 func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
+	if alpha != 1 {
+		scaled := make([]float32, m*k)
+		for i := 0; i < m; i++ {
+			for j, v := range a[i*lda : i*lda+k] {
+				scaled[i*k+j] = alpha * v
+			}
+		}
+		a, lda = scaled, k
+	}
 	panels := (n + nr - 1) / nr
+	full := n / nr // panels with all nr columns in C
 	par.For(panels, chunk(nr*m*k, 4), func(lo, hi int) {
-		acc := make([][nr]float32, (hi-lo)*m) // [panel][row] partial sums
+		var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
 		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 			kb := min(kc, k-pc)
 			base := p.data[p.blocks[bi]:]
-			for q := lo; q < hi; q++ {
-				panel := base[q*nr*kb : (q+1)*nr*kb]
-				for i := 0; i < m; i++ {
-					gemv16(a[i*lda+pc:i*lda+pc+kb], panel, &acc[(q-lo)*m+i])
+			for i := 0; i < m; i++ {
+				x, y := a[i*lda+pc:i*lda+pc+kb], c[i*ldc:]
+				q := lo
+				for ; q+4 <= min(hi, full); q += 4 {
+					gemv64(x, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
+				}
+				for ; q < min(hi, full); q++ {
+					gemv16(x, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
+				}
+				if q < hi { // q == full: the partial panel
+					gemv16(x, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
 				}
 			}
 		}
-		for q := lo; q < hi; q++ {
-			j0 := q * nr
-			nw := min(nr, n-j0)
+		if hi > full {
 			for i := 0; i < m; i++ {
-				row := c[i*ldc+j0 : i*ldc+j0+nw]
-				for j := range row {
-					row[j] += alpha * acc[(q-lo)*m+i][j]
+				out := c[i*ldc+full*nr : i*ldc+n]
+				for j := range out {
+					out[j] += edge[i][j]
 				}
 			}
 		}

@@ -16,8 +16,13 @@ import (
 	"time"
 )
 
-// spinFor is how long an idle worker keeps polling before it parks.
-const spinFor = 50 * time.Microsecond
+// spinFor is how long an idle worker keeps polling before it parks. It
+// outlasts the serial gaps of a decode step (norms, attention at long
+// contexts, sampling over the vocabulary): a parked worker is woken by the
+// Go scheduler onto the caller's own processor, and on a virtual machine the
+// idle one takes tens of microseconds to come and steal it, so at 50 µs a
+// single-stream decode ran on 1.5 of its 2 cores.
+const spinFor = 200 * time.Microsecond
 
 // Workers is how many goroutines a parallel loop may use.
 func Workers() int { return runtime.GOMAXPROCS(0) }
