@@ -87,6 +87,19 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		panels := (nb + nr - 1) / nr
 		pb := (*bufB)[:panels*nr*kb]
 		loop(panels, 8, func(lo, hi int) {
+			if !tb {
+				// Row-major B: read each of the kb rows once across all
+				// these panels, so the reads stream; panel by panel, each
+				// 64-byte piece came from another row.
+				full := min(hi, nb/nr) // panels with all nr columns
+				for p := 0; p < kb && lo < full; p++ {
+					row := b[(pc+p)*ldb+jc:]
+					for q := lo; q < full; q++ {
+						*(*[nr]float32)(pb[q*nr*kb+p*nr:]) = [nr]float32(row[q*nr:])
+					}
+				}
+				lo = max(lo, full)
+			}
 			for q := lo; q < hi; q++ {
 				packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
 			}
@@ -181,13 +194,16 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 			pb := panelsOf(jc, pc, kb)
 			if blocks >= 2*par.Workers() {
 				// Many row blocks: each worker packs and multiplies its own,
-				// so packing A runs in parallel too.
-				loop(blocks, 1, func(lo, hi int) {
+				// so packing A runs in parallel too. Workers split the rows
+				// evenly, in whole micro-tiles, and block their share: split
+				// by whole blocks, 512 rows went 288/224.
+				tiles := (m + mr - 1) / mr
+				loop(tiles, mc/mr, func(lo, hi int) {
 					bufA := getBuf(mc * kc)
 					defer packPool.Put(bufA)
-					for blk := lo; blk < hi; blk++ {
-						ic := blk * mc
-						mb := min(mc, m-ic)
+					end := min(hi*mr, m)
+					for ic := lo * mr; ic < end; ic += mc {
+						mb := min(mc, end-ic)
 						pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 						packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
 						macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, 0, panels)
