@@ -60,10 +60,49 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 		p.gemv(m, alpha, a, lda, c, ldc)
 		return
 	}
+	if m <= mc {
+		p.fewRows(ta, m, alpha, a, lda, c, ldc)
+		return
+	}
 	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
 		base := p.data[p.blocks[pc/kc]:]
 		panels := (min(nc, n-jc) + nr - 1) / nr
 		return base[jc*kb : jc*kb+panels*nr*kb]
+	})
+}
+
+// fewRows serves one block of rows (batched decode: a row per sequence):
+// A is packed whole up front, then one parallel region over the column
+// panels, each worker taking every k block of a panel before the next. So
+// there is no barrier per k block, and each worker reads its weights as
+// k/kc interleaved streams, which draw more bandwidth than one.
+func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
+	n, k := p.N, p.K
+	mp := (m + mr - 1) / mr * mr
+	bufA := getBuf(mp * k)
+	defer packPool.Put(bufA)
+	pa := *bufA // the block at pc is [mp/mr panels][kb][mr] at pc·mp
+	for pc := 0; pc < k; pc += kc {
+		kb := min(kc, k-pc)
+		packA(ta, a, lda, 0, m, pc, kb, alpha, pa[pc*mp:pc*mp+mp*kb])
+	}
+	panels := (n + nr - 1) / nr
+	par.For(panels, chunk(nr*m*k, 2), func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+				kb := min(kc, k-pc)
+				bp := p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
+				// The next panel this worker reads: this one in the next
+				// k block, or the next one in the first.
+				next := &bp[0]
+				if pc+kc < k {
+					next = &p.data[p.blocks[bi+1]+q*nr*min(kc, k-pc-kc)]
+				} else if q+1 < hi {
+					next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
+				}
+				panelTiles(pa[pc*mp:], bp, c, ldc, 0, m, q*nr, kb, min(nr, n-q*nr), next)
+			}
+		}
 	})
 }
 

@@ -228,12 +228,9 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 }
 
 // macroKernel multiplies a packed A block (mb rows at ic) by packed B panels
-// [qlo, qhi) of the block at jc, adding into C. Edge tiles go through a
-// local tile so the micro-kernel always writes a full mr×nr.
+// [qlo, qhi) of the block at jc, adding into C.
 func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 	for q := qlo; q < qhi; q++ {
-		j0 := jc + q*nr
-		nw := min(nr, n-j0)
 		bp := pb[q*nr*kb : (q+1)*nr*kb]
 		// The first tile of each panel pulls the next panel toward L1, so
 		// weights streaming from memory (few rows, packed weights) arrive
@@ -242,28 +239,36 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 		if q+1 < qhi {
 			next = &pb[(q+1)*nr*kb]
 		}
-		for ir := 0; ir < mb; ir += mr {
-			mw := min(mr, mb-ir)
-			ap := pa[ir*kb : ir*kb+mr*kb]
-			cOff := (ic+ir)*ldc + j0
-			kernel := kernel6x16
-			if mw <= 4 {
-				kernel = kernel4x16
-			}
-			if nw == nr && (mw == mr || mw == 4) {
-				kernel(kb, ap, bp, c[cOff:], ldc, next)
-			} else {
-				var tile [mr * nr]float32
-				kernel(kb, ap, bp, tile[:], nr, next)
-				for i := 0; i < mw; i++ {
-					row := c[cOff+i*ldc : cOff+i*ldc+nw]
-					for j := range row {
-						row[j] += tile[i*nr+j]
-					}
+		panelTiles(pa, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next)
+	}
+}
+
+// panelTiles multiplies a packed A block (mb rows at ic) by one packed B
+// panel (columns j0, nw of them wide), adding into C; the first tile touches
+// next. Edge tiles go through a local tile so the micro-kernel always writes
+// a full mr×nr.
+func panelTiles(pa, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32) {
+	for ir := 0; ir < mb; ir += mr {
+		mw := min(mr, mb-ir)
+		ap := pa[ir*kb : ir*kb+mr*kb]
+		cOff := (ic+ir)*ldc + j0
+		kernel := kernel6x16
+		if mw <= 4 {
+			kernel = kernel4x16
+		}
+		if nw == nr && (mw == mr || mw == 4) {
+			kernel(kb, ap, bp, c[cOff:], ldc, next)
+		} else {
+			var tile [mr * nr]float32
+			kernel(kb, ap, bp, tile[:], nr, next)
+			for i := 0; i < mw; i++ {
+				row := c[cOff+i*ldc : cOff+i*ldc+nw]
+				for j := range row {
+					row[j] += tile[i*nr+j]
 				}
 			}
-			next = &bp[0]
 		}
+		next = &bp[0]
 	}
 }
 
