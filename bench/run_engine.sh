@@ -6,9 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-./data}
 PRESETS=${PRESETS:-"small qwen3-0.6b"}
+# Debian's python3-torch lives in the system interpreter; a python3 earlier on
+# PATH (pyenv, a venv) may not see it.
+PY=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c 'import torch' 2>/dev/null; then PY=$p; break; fi
+done
 echo "== fp32 GEMM, GFLOP/s (wts, then OpenBLAS)"
 go test ./kernels/gemm/ -run XXX -bench 'Sgemm/' -benchtime 1s | awk '/GFLOP/ {print $1, $(NF-1)}'
-if python3 -c 'import torch' 2>/dev/null; then python3 bench/blas_gemm.py; fi
+if [ -n "$PY" ]; then "$PY" bench/blas_gemm.py; fi
 go build -o bin/wts ./cmd/wts
 go build -o bin/enginebench ./bench/enginebench
 for p in $PRESETS; do
@@ -16,8 +22,8 @@ for p in $PRESETS; do
   [ -f "$dir/config.json" ] || ./bin/wts model init --preset "$p" --seed 1 --out "$dir" >/dev/null
   echo "== $p"
   ./bin/enginebench --model "$dir" ${ENGINE_FLAGS:-}
-  if python3 -c 'import torch' 2>/dev/null; then
-    python3 bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-}
+  if [ -n "$PY" ]; then
+    "$PY" bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-}
   else
     echo "(python3-torch not installed: apt-get install python3-torch for the PyTorch side)"
   fi

@@ -222,16 +222,67 @@ func BenchmarkGemvCold(b *testing.B) {
 	}
 }
 
-// BenchmarkKernel is the micro-kernel alone on cache-resident panels: the
-// ceiling the packed GEMM can approach on one core.
+// BenchmarkKernel is the micro-kernel alone on cache-resident panels, one
+// copy per core (-cpu 1,2): the ceiling the packed GEMM can approach.
 func BenchmarkKernel(b *testing.B) {
+	b.RunParallel(func(pb *testing.PB) {
+		r := rng.New(1)
+		const k = 256
+		a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
+		for pb.Next() {
+			kernel6x16(k, a, bp, c, nr, &bp[0])
+		}
+	})
+	b.ReportMetric(2*mr*nr*256*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkModelReplay is a decode step's products on the small preset's
+// shapes (8 layers of q, k, v, o, gate, up, down, then the LM head), each
+// weight packed apart as the model holds them and read cold: m rows, one
+// per sequence. Read it beside BenchmarkStream in the same run.
+func BenchmarkModelReplay(b *testing.B) {
 	r := rng.New(1)
-	const k = 256
-	a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
-	for i := 0; i < b.N; i++ {
-		kernel6x16(k, a, bp, c, nr, &bp[0])
+	var ws []*Packed
+	var floats int
+	add := func(n, k int) {
+		ws = append(ws, PackT(randSlice(r, n*k), n, k, k))
+		floats += n * k
 	}
-	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	for l := 0; l < 8; l++ {
+		for _, s := range [][2]int{{512, 512}, {256, 512}, {256, 512}, {512, 512}, {1280, 512}, {1280, 512}, {512, 1280}} {
+			add(s[0], s[1])
+		}
+	}
+	add(8192, 512)
+	for _, m := range []int{1, 16} {
+		b.Run(fmt.Sprintf("m%d", m), func(b *testing.B) {
+			x, c := randSlice(r, m*8192), make([]float32, m*8192)
+			b.SetBytes(int64(4 * floats))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, w := range ws {
+					w.Mul(false, m, 1, x, w.K, 0, c, w.N)
+				}
+			}
+			b.ReportMetric(2*float64(m*floats)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkStream reads 256 MB in one parallel region through the
+// row-major gemv: the read bandwidth single-stream decode is judged by.
+func BenchmarkStream(b *testing.B) {
+	buf := make([]float32, 256<<20/4)
+	for i := range buf {
+		buf[i] = 1
+	}
+	x := make([]float32, 4096)
+	out := make([]float32, len(buf)/len(x))
+	b.SetBytes(int64(len(buf) * 4))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		Sgemm(false, true, 1, len(out), len(x), 1, x, len(x), buf, len(x), 0, out, len(out))
+	}
 }
 
 // A prepacked weight gives what Sgemm gives with the same weight transposed.
