@@ -62,8 +62,8 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if *dir == "" {
-		fmt.Fprintln(os.Stderr, "enginebench: --model is required")
+	if *dir == "" || *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "enginebench: --model is required, and --rounds must be at least 1")
 		os.Exit(2)
 	}
 	w, err := model.Load(*dir)
@@ -119,7 +119,6 @@ func main() {
 			gbps := bw.measure()
 			b := gbps * 1e9 / float64(rep.WeightBytes)
 			single, bound, frac = append(single, one), append(bound, b), append(frac, one/b)
-			rep.BandwidthGBps = gbps
 			if *batched {
 				many := float64(16**decode) / decodeSecs(16)
 				batch16, speedup = append(batch16, many), append(speedup, many/one)

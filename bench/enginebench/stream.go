@@ -1,8 +1,6 @@
 package main
 
-import (
-	"github.com/wts-project/wts/kernels/gemm"
-)
+import "github.com/wts-project/wts/kernels/gemm"
 
 // stream is the bandwidth peer of single-stream decode: a buffer far larger
 // than the caches, read once per pass by all cores through the GEMV decode

@@ -37,9 +37,7 @@ func pack(tb bool, w []float32, n, k, ldw int) *Packed {
 		kb := min(kc, k-pc)
 		base := p.data[p.blocks[bi]:]
 		par.For(panels, 8, func(lo, hi int) {
-			for q := lo; q < hi; q++ {
-				packB(tb, w, ldw, pc, kb, q*nr, min(nr, n-q*nr), base[q*nr*kb:(q+1)*nr*kb])
-			}
+			packPanels(tb, w, ldw, pc, kb, 0, n, lo, hi, base)
 		})
 	}
 	return p

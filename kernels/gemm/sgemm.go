@@ -87,22 +87,7 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		panels := (nb + nr - 1) / nr
 		pb := (*bufB)[:panels*nr*kb]
 		loop(panels, 8, func(lo, hi int) {
-			if !tb {
-				// Row-major B: read each of the kb rows once across all
-				// these panels, so the reads stream; panel by panel, each
-				// 64-byte piece came from another row.
-				full := min(hi, nb/nr) // panels with all nr columns
-				for p := 0; p < kb && lo < full; p++ {
-					row := b[(pc+p)*ldb+jc:]
-					for q := lo; q < full; q++ {
-						*(*[nr]float32)(pb[q*nr*kb+p*nr:]) = [nr]float32(row[q*nr:])
-					}
-				}
-				lo = max(lo, full)
-			}
-			for q := lo; q < hi; q++ {
-				packB(tb, b, ldb, pc, kb, jc+q*nr, min(nr, nb-q*nr), pb[q*nr*kb:(q+1)*nr*kb])
-			}
+			packPanels(tb, b, ldb, pc, kb, jc, nb, lo, hi, pb)
 		})
 		return pb
 	})
@@ -124,13 +109,11 @@ func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []floa
 	pb := *buf // per kc block at offset pc·panels·nr: panels of kb×nr
 	for pc := 0; pc < k; pc += kc {
 		kb := min(kc, k-pc)
-		for q := 0; q < panels; q++ {
-			dst := pb[pc*panels*nr+q*nr*kb : pc*panels*nr+(q+1)*nr*kb]
-			packB(tb, b, ldb, pc, kb, q*nr, min(nr, n-q*nr), dst)
-			if alpha != 1 {
-				for i := range dst {
-					dst[i] *= alpha
-				}
+		dst := pb[pc*panels*nr : (pc+kb)*panels*nr]
+		packPanels(tb, b, ldb, pc, kb, 0, n, 0, panels, dst)
+		if alpha != 1 {
+			for i := range dst {
+				dst[i] *= alpha
 			}
 		}
 	}
@@ -336,18 +319,31 @@ func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []f
 	}
 }
 
+// packPanels packs panels [lo, hi) of op(B)[p0:p0+kb, j0:j0+nb] into dst,
+// panel q at dst[q·nr·kb:], each as packB lays it out. A row-major op(B)
+// (tb false) is read row by row across all the whole panels, so the reads
+// stream; panel by panel, each 64-byte piece came from another row.
+func packPanels(tb bool, b []float32, ldb, p0, kb, j0, nb, lo, hi int, dst []float32) {
+	if !tb {
+		full := min(hi, nb/nr) // panels with all nr columns
+		for p := 0; p < kb && lo < full; p++ {
+			row := b[(p0+p)*ldb+j0:]
+			for q := lo; q < full; q++ {
+				*(*[nr]float32)(dst[q*nr*kb+p*nr:]) = [nr]float32(row[q*nr:])
+			}
+		}
+		lo = max(lo, full)
+	}
+	for q := lo; q < hi; q++ {
+		packB(tb, b, ldb, p0, kb, j0+q*nr, min(nr, nb-q*nr), dst[q*nr*kb:(q+1)*nr*kb])
+	}
+}
+
 // packB copies op(B)[p0:p0+kb, j0:j0+nw] into one nr-column panel laid out
 // p-major (dst[p][j]), zero-padding missing columns.
 func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 	dst = dst[:kb*nr]
 	if !tb {
-		if nw == nr { // whole panel rows: a 64-byte array copy, no memmove call
-			for p := 0; p < kb; p++ {
-				src := (p0+p)*ldb + j0
-				*(*[nr]float32)(dst[p*nr : p*nr+nr]) = [nr]float32(b[src : src+nr])
-			}
-			return
-		}
 		for p := 0; p < kb; p++ {
 			out := dst[p*nr : p*nr+nr]
 			copy(out, b[(p0+p)*ldb+j0:(p0+p)*ldb+j0+nw])
