@@ -78,16 +78,21 @@ func TestSgemmMatchesRef(t *testing.T) {
 func TestKernelsMatchPortable(t *testing.T) {
 	r := rng.New(5)
 	for _, k := range []int{1, 3, 4, 5, 17, 256} {
-		a, b := randSlice(r, k*mr), randSlice(r, k*nr)
-		c1 := randSlice(r, mr*20)
-		c2 := append([]float32(nil), c1...)
-		kernel6x16(k, a, b, c1, 20, &b[0])
-		kernel6x16Go(k, a, b, c2, 20)
-		kernel4x16(k, a, b, c1[2:], 20, &b[0])
-		kernel4x16Go(k, a, b, c2[2:], 20)
-		for i := range c1 {
-			if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
-				t.Fatalf("kernel k=%d [%d]: %v vs %v", k, i, c1[i], c2[i])
+		// A packed (rs 1, cs mr), rows in place (rs lda, cs 1) and columns
+		// in place (rs 1, cs lda), with lda wider than the tile needs.
+		lda := k + mr + 3
+		a, b := randSlice(r, (k+mr)*lda), randSlice(r, k*nr)
+		for _, st := range [][2]int{{1, mr}, {lda, 1}, {1, lda}} {
+			for _, rows := range []int{mr, 4} {
+				c1 := randSlice(r, mr*20)
+				c2 := append([]float32(nil), c1...)
+				tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0])
+				tileGo(rows, k, a, st[0], st[1], b, c2, 20)
+				for i := range c1 {
+					if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
+						t.Fatalf("tile rows=%d k=%d strides %v [%d]: %v vs %v", rows, k, st, i, c1[i], c2[i])
+					}
+				}
 			}
 		}
 	}
@@ -126,19 +131,6 @@ func TestKernelsMatchPortable(t *testing.T) {
 		for i := range h1 {
 			if math.Abs(float64(h1[i]-h2[i])) > 1e-4 {
 				t.Fatalf("gemv64 k=%d: %v vs %v", k, h1, h2)
-			}
-		}
-		for _, ta := range []bool{false, true} {
-			a := randSlice(r, (k+mr)*(k+mr))
-			bp := randSlice(r, k*nr)
-			c1 := randSlice(r, mr*20)
-			c2 := append([]float32(nil), c1...)
-			kernelInPlace(ta, k, a, k+mr, bp, c1, 20)
-			kernelInPlaceGo(ta, k, a, k+mr, bp, c2, 20)
-			for i := range c1 {
-				if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
-					t.Fatalf("in-place kernel ta=%v k=%d [%d]: %v vs %v", ta, k, i, c1[i], c2[i])
-				}
 			}
 		}
 		y1, y2 := randSlice(r, k), make([]float32, k)
@@ -230,7 +222,7 @@ func BenchmarkKernel(b *testing.B) {
 		r := rng.New(1)
 		a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
 		for pb.Next() {
-			kernel6x16(k, a, bp, c, nr, &bp[0])
+			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0])
 		}
 	})
 	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -288,35 +280,43 @@ func BenchmarkStream(b *testing.B) {
 // A prepacked weight gives what Sgemm gives with the same weight transposed.
 func TestPackedMatchesRef(t *testing.T) {
 	r := rng.New(8)
-	for _, s := range [][3]int{{1, 37, 19}, {1, 700, 1030}, {3, 50, 257}, {5, 16, 300}, {16, 3100, 70}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}} {
+	// Row counts cover the one-row kernels (m < 4), the few-rows path with
+	// whole tiles read in place (4, 10, 16, 96) and a packed tail (5, 7,
+	// 17), and the blocked path (100, 200); alpha 1 reads A in place, other
+	// alphas a scaled copy.
+	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {3, 50, 257}, {4, 70, 300}, {5, 16, 300}, {10, 40, 260},
+		{16, 3100, 70}, {17, 90, 520}, {96, 33, 64}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}}
+	for _, s := range shapes {
 		m, n, k := s[0], s[1], s[2]
 		for _, ta := range []bool{false, true} {
-			lda := k + 1
-			if ta {
-				lda = m + 3
-			}
-			arows := m
-			if ta {
-				arows = k
-			}
-			a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
-			ldc := n + 2
-			c := randSlice(r, m*ldc)
-			c2 := append([]float32(nil), c...)
-			want := append([]float32(nil), c...)
-			Ref(ta, true, m, n, k, 0.5, a, lda, w, k+2, 1, want, ldc)
-			PackT(w, n, k, k+2).Mul(ta, m, 0.5, a, lda, 1, c, ldc)
-			// The same product from B = Wᵀ stored as a [k, n] matrix.
-			wt := make([]float32, k*(n+1))
-			for j := 0; j < n; j++ {
-				for p := 0; p < k; p++ {
-					wt[p*(n+1)+j] = w[j*(k+2)+p]
+			for _, alpha := range []float32{1, 0.5} {
+				lda := k + 1
+				if ta {
+					lda = m + 3
 				}
-			}
-			PackN(wt, k, n, n+1).Mul(ta, m, 0.5, a, lda, 1, c2, ldc)
-			for i := range c {
-				if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
-					t.Fatalf("m=%d n=%d k=%d ta=%v: [%d] %v / %v vs %v", m, n, k, ta, i, c[i], c2[i], want[i])
+				arows := m
+				if ta {
+					arows = k
+				}
+				a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
+				ldc := n + 2
+				c := randSlice(r, m*ldc)
+				c2 := append([]float32(nil), c...)
+				want := append([]float32(nil), c...)
+				Ref(ta, true, m, n, k, alpha, a, lda, w, k+2, 1, want, ldc)
+				PackT(w, n, k, k+2).Mul(ta, m, alpha, a, lda, 1, c, ldc)
+				// The same product from B = Wᵀ stored as a [k, n] matrix.
+				wt := make([]float32, k*(n+1))
+				for j := 0; j < n; j++ {
+					for p := 0; p < k; p++ {
+						wt[p*(n+1)+j] = w[j*(k+2)+p]
+					}
+				}
+				PackN(wt, k, n, n+1).Mul(ta, m, alpha, a, lda, 1, c2, ldc)
+				for i := range c {
+					if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
+						t.Fatalf("m=%d n=%d k=%d ta=%v alpha=%v: [%d] %v / %v vs %v", m, n, k, ta, alpha, i, c[i], c2[i], want[i])
+					}
 				}
 			}
 		}

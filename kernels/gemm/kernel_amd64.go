@@ -8,38 +8,38 @@ import "golang.org/x/sys/cpu"
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func kernel6x16AVX(k int, a, b, c *float32, ldc int, next *float32)
+func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+
+//go:noescape
+func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+
+// tile adds A·B into the rows×16 tile at c, rows 6 (mr) or 4, with A's
+// element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
+// row-major matrix read in place (rs lda, cs 1), or columns of one stored
+// transposed (rs 1, cs lda). b is a packed panel k deep. Each k step also
+// touches a row of next, so a panel streaming from memory arrives while this
+// one is multiplied.
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32) {
+	if !useAVX || k == 0 {
+		tileGo(rows, k, a, rs, cs, b, c, ldc)
+		return
+	}
+	// Bounds the assembly relies on, checked once per tile.
+	_ = a[(rows-1)*rs+(k-1)*cs]
+	_ = b[k*nr-1]
+	_ = c[(rows-1)*ldc+nr-1]
+	if rows == 4 {
+		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next)
+		return
+	}
+	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next)
+}
 
 //go:noescape
 func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
 
 //go:noescape
 func dotAVX(k int, x, y *float32) float32
-
-//go:noescape
-func kernelRowsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
-
-//go:noescape
-func kernelColsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
-
-// kernelInPlace adds A·B into the 6×16 tile at c, with A read where it lies:
-// six rows of a row-major matrix (ta false) or six adjacent columns of one
-// stored transposed (ta true), k deep from a[0]. b is a packed panel.
-func kernelInPlace(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
-	if !useAVX || k == 0 {
-		kernelInPlaceGo(ta, k, a, lda, b, c, ldc)
-		return
-	}
-	_ = b[k*nr-1]
-	_ = c[(mr-1)*ldc+nr-1]
-	if ta {
-		_ = a[(k-1)*lda+mr-1]
-		kernelColsAVX(k, &a[0], lda, &b[0], &c[0], ldc)
-		return
-	}
-	_ = a[(mr-1)*lda+k-1]
-	kernelRowsAVX(k, &a[0], lda, &b[0], &c[0], ldc)
-}
 
 //go:noescape
 func gemv16AVX(k int, x, panel, y *float32)
@@ -112,34 +112,6 @@ func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) {
 			out[4+t] += x1[p] * w[t*ldw+p]
 		}
 	}
-}
-
-//go:noescape
-func kernel4x16AVX(k int, a, b, c *float32, ldc int, next *float32)
-
-// kernel4x16 is kernel6x16 for the first four rows of the tile only (a is
-// still packed six wide); it adds into a 4×16 tile of c.
-func kernel4x16(k int, a, b, c []float32, ldc int, next *float32) {
-	if !useAVX || k == 0 {
-		kernel4x16Go(k, a, b, c, ldc)
-		return
-	}
-	_ = a[k*mr-1]
-	_ = b[k*nr-1]
-	_ = c[3*ldc+nr-1]
-	kernel4x16AVX(k, &a[0], &b[0], &c[0], ldc, next)
-}
-
-func kernel6x16(k int, a, b, c []float32, ldc int, next *float32) {
-	if !useAVX || k == 0 {
-		kernel6x16Go(k, a, b, c, ldc)
-		return
-	}
-	// Bounds the assembly relies on, checked once per tile.
-	_ = a[k*mr-1]
-	_ = b[k*nr-1]
-	_ = c[(mr-1)*ldc+nr-1]
-	kernel6x16AVX(k, &a[0], &b[0], &c[0], ldc, next)
 }
 
 func dot4(x, w []float32, ldw int, out *[4]float32) {

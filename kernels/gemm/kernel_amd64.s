@@ -31,30 +31,31 @@
 	VXORPS Y11, Y11, Y11
 
 // One k step of the top four rows of a tile: B row in Y12/Y13, broadcasts
-// of A (packed six wide). The 4x16 edge kernel runs it alone.
-#define STEP4(aoff, boff) \
+// of A's column p at SI, rows R11 bytes apart (R12 = 3·R11). The 4x16 edge
+// kernel runs it alone.
+#define STEP4(boff) \
 	VMOVUPS boff(DI), Y12 \
 	VMOVUPS boff+32(DI), Y13 \
-	VBROADCASTSS aoff(SI), Y14 \
+	VBROADCASTSS (SI), Y14 \
 	VFMADD231PS Y12, Y14, Y0 \
 	VFMADD231PS Y13, Y14, Y1 \
-	VBROADCASTSS aoff+4(SI), Y15 \
+	VBROADCASTSS (SI)(R11*1), Y15 \
 	VFMADD231PS Y12, Y15, Y2 \
 	VFMADD231PS Y13, Y15, Y3 \
-	VBROADCASTSS aoff+8(SI), Y14 \
+	VBROADCASTSS (SI)(R11*2), Y14 \
 	VFMADD231PS Y12, Y14, Y4 \
 	VFMADD231PS Y13, Y14, Y5 \
-	VBROADCASTSS aoff+12(SI), Y15 \
+	VBROADCASTSS (SI)(R12*1), Y15 \
 	VFMADD231PS Y12, Y15, Y6 \
 	VFMADD231PS Y13, Y15, Y7
 
-// One k step of the 6x16 tile: STEP4 and the last two rows.
-#define STEP(aoff, boff) \
-	STEP4(aoff, boff) \
-	VBROADCASTSS aoff+16(SI), Y14 \
+// One k step of the 6x16 tile: STEP4 and rows 4 and 5 (R13 = 5·R11).
+#define STEP(boff) \
+	STEP4(boff) \
+	VBROADCASTSS (SI)(R11*4), Y14 \
 	VFMADD231PS Y12, Y14, Y8 \
 	VFMADD231PS Y13, Y14, Y9 \
-	VBROADCASTSS aoff+20(SI), Y15 \
+	VBROADCASTSS (SI)(R13*1), Y15 \
 	VFMADD231PS Y12, Y15, Y10 \
 	VFMADD231PS Y13, Y15, Y11
 
@@ -72,15 +73,22 @@
 	ADDQ R8, DX
 
 // The tile kernels' shared parts. Labels are local to each TEXT block, so
-// TILE_LOOP can appear once in each kernel.
+// TILE_LOOP can appear once in each kernel. A's element (i, p) is at
+// a + 4·(i·rs + p·cs): R11 = 4·rs, R14 = 4·cs.
 #define TILE_ARGS \
 	MOVQ k+0(FP), CX \
 	MOVQ a+8(FP), SI \
-	MOVQ b+16(FP), DI \
-	MOVQ c+24(FP), DX \
-	MOVQ ldc+32(FP), R8 \
-	MOVQ next+40(FP), R10 \
+	MOVQ rs+16(FP), R11 \
+	MOVQ cs+24(FP), R14 \
+	MOVQ b+32(FP), DI \
+	MOVQ c+40(FP), DX \
+	MOVQ ldc+48(FP), R8 \
+	MOVQ next+56(FP), R10 \
+	SHLQ $2, R11 \
+	SHLQ $2, R14 \
 	SHLQ $2, R8 \
+	LEAQ (R11)(R11*2), R12 \
+	LEAQ (R11)(R11*4), R13 \
 	MOVQ DX, R9
 
 // The k loop, four steps at a time: each step also touches one 64-byte row
@@ -95,14 +103,17 @@
 loop4: \
 	PREFETCHT0 384(SI) \
 	PREFETCHT0 (R10) \
-	S(0, 0) \
+	S(0) \
+	ADDQ R14, SI \
 	PREFETCHT0 64(R10) \
-	S(24, 64) \
+	S(64) \
+	ADDQ R14, SI \
 	PREFETCHT0 128(R10) \
-	S(48, 128) \
+	S(128) \
+	ADDQ R14, SI \
 	PREFETCHT0 192(R10) \
-	S(72, 192) \
-	ADDQ $96, SI \
+	S(192) \
+	ADDQ R14, SI \
 	ADDQ $256, DI \
 	ADDQ $256, R10 \
 	DECQ BX \
@@ -111,14 +122,14 @@ tail: \
 	TESTQ CX, CX \
 	JE    store \
 loop1: \
-	S(0, 0) \
-	ADDQ $24, SI \
+	S(0) \
+	ADDQ R14, SI \
 	ADDQ $64, DI \
 	DECQ CX \
 	JNZ  loop1
 
-// func kernel6x16AVX(k int, a, b, c *float32, ldc int, next *float32)
-TEXT ·kernel6x16AVX(SB), NOSPLIT, $0-48
+// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+TEXT ·tile6x16AVX(SB), NOSPLIT, $0-64
 	TILE_ARGS
 	// Touch the C tile now so its lines arrive while the k loop runs.
 	PREFETCHROW
@@ -140,11 +151,11 @@ store:
 	VZEROUPPER
 	RET
 
-// func kernel4x16AVX(k int, a, b, c *float32, ldc int, next *float32)
+// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
 // The bottom tile of a row block whose height leaves four rows or fewer
 // (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
 // it writes C directly.
-TEXT ·kernel4x16AVX(SB), NOSPLIT, $0-48
+TEXT ·tile4x16AVX(SB), NOSPLIT, $0-64
 	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW
@@ -460,100 +471,6 @@ g64store:
 	VADDPS 192(DX), Y6, Y6
 	VADDPS 224(DX), Y7, Y7
 	STORE8
-	VZEROUPPER
-	RET
-
-// In-place A variants of the 6x16 kernel for narrow products, where packing
-// A would cost as much as the multiply. B is a packed panel as before.
-
-// One k step with A's six values at (R11), (R11)(R9), (R11)(R9*2), (R12),
-// (R12)(R9), (R12)(R9*2): six rows of a row-major A.
-#define STEPROWS \
-	VMOVUPS (DI), Y12 \
-	VMOVUPS 32(DI), Y13 \
-	VBROADCASTSS (R11), Y14 \
-	VFMADD231PS Y12, Y14, Y0 \
-	VFMADD231PS Y13, Y14, Y1 \
-	VBROADCASTSS (R11)(R9*1), Y15 \
-	VFMADD231PS Y12, Y15, Y2 \
-	VFMADD231PS Y13, Y15, Y3 \
-	VBROADCASTSS (R11)(R9*2), Y14 \
-	VFMADD231PS Y12, Y14, Y4 \
-	VFMADD231PS Y13, Y14, Y5 \
-	VBROADCASTSS (R12), Y15 \
-	VFMADD231PS Y12, Y15, Y6 \
-	VFMADD231PS Y13, Y15, Y7 \
-	VBROADCASTSS (R12)(R9*1), Y14 \
-	VFMADD231PS Y12, Y14, Y8 \
-	VFMADD231PS Y13, Y14, Y9 \
-	VBROADCASTSS (R12)(R9*2), Y15 \
-	VFMADD231PS Y12, Y15, Y10 \
-	VFMADD231PS Y13, Y15, Y11 \
-	ADDQ $4, R11 \
-	ADDQ $4, R12 \
-	ADDQ $64, DI
-
-
-// func kernelRowsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
-TEXT ·kernelRowsAVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), R11
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	LEAQ (R11)(R9*2), R12
-	ADDQ R9, R12
-	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO12
-	TESTQ CX, CX
-	JE   krstore
-
-krloop:
-	STEPROWS
-	DECQ CX
-	JNZ  krloop
-
-krstore:
-	STORE(Y0, Y1)
-	STORE(Y2, Y3)
-	STORE(Y4, Y5)
-	STORE(Y6, Y7)
-	STORE(Y8, Y9)
-	STORE(Y10, Y11)
-	VZEROUPPER
-	RET
-
-// func kernelColsAVX(k int, a *float32, lda int, b, c *float32, ldc int)
-// A transposed in place: step p reads the six adjacent values at a + p·lda.
-TEXT ·kernelColsAVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
-	SHLQ $2, R8
-	ZERO12
-	TESTQ CX, CX
-	JE   kcstore
-
-kcloop:
-	STEP(0, 0)
-	ADDQ R9, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ  kcloop
-
-kcstore:
-	STORE(Y0, Y1)
-	STORE(Y2, Y3)
-	STORE(Y4, Y5)
-	STORE(Y6, Y7)
-	STORE(Y8, Y9)
-	STORE(Y10, Y11)
 	VZEROUPPER
 	RET
 

@@ -4,13 +4,6 @@ package gemm
 // replace them (kernel_amd64.go); elsewhere, and in tests that compare the two,
 // these run.
 
-// kernel6x16Go adds the product of a packed A panel (k×mr, p-major) and a
-// packed B panel (k×nr, p-major) into the mr×nr tile at c with row stride ldc.
-// A packed A panel is A stored transposed with a row stride of mr.
-func kernel6x16Go(k int, a, b, c []float32, ldc int) {
-	kernelInPlaceGo(true, k, a, mr, b, c, ldc)
-}
-
 func dotGo(x, y []float32) float32 {
 	var s0, s1, s2, s3 float32
 	n := len(x)
@@ -69,25 +62,14 @@ func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
 	}
 }
 
-// kernelInPlaceGo is kernelInPlace's portable twin.
-func kernelInPlaceGo(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
-	tileGo(mr, ta, k, a, lda, b, c, ldc)
-}
-
-func kernel4x16Go(k int, a, b, c []float32, ldc int) { tileGo(4, true, k, a, mr, b, c, ldc) }
-
-// tileGo adds the first rows rows of A·B into c, A read as kernelInPlace
-// reads it.
-func tileGo(rows int, ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
+// tileGo is tile's portable twin: it adds A·B into the first rows rows of
+// the tile at c, A's element (i, p) at a[i·rs + p·cs].
+func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int) {
 	var acc [mr][nr]float32
 	for p := 0; p < k; p++ {
 		bp := b[p*nr : p*nr+nr]
 		for i := 0; i < rows; i++ {
-			idx := i*lda + p
-			if ta {
-				idx = p*lda + i
-			}
-			ai := a[idx]
+			ai := a[i*rs+p*cs]
 			for j := 0; j < nr; j++ {
 				acc[i][j] += ai * bp[j]
 			}

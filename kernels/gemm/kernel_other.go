@@ -2,17 +2,13 @@
 
 package gemm
 
-func kernel6x16(k int, a, b, c []float32, ldc int, _ *float32) { kernel6x16Go(k, a, b, c, ldc) }
-
-func kernel4x16(k int, a, b, c []float32, ldc int, _ *float32) { kernel4x16Go(k, a, b, c, ldc) }
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, _ *float32) {
+	tileGo(rows, k, a, rs, cs, b, c, ldc)
+}
 
 func dot4(x, w []float32, ldw int, out *[4]float32) { dot4Go(x, w, ldw, out) }
 
 func dot(x, y []float32) float32 { return dotGo(x, y) }
-
-func kernelInPlace(ta bool, k int, a []float32, lda int, b, c []float32, ldc int) {
-	kernelInPlaceGo(ta, k, a, lda, b, c, ldc)
-}
 
 func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
 

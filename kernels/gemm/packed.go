@@ -69,24 +69,46 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 	})
 }
 
-// fewRows serves one block of rows (batched decode: a row per sequence):
-// A is packed whole up front, then one parallel region over the column
-// panels, each worker taking every k block of a panel before the next. So
-// there is no barrier per k block, and each worker reads its weights as
-// k/kc interleaved streams, which draw more bandwidth than one.
+// fewRows serves one block of rows (batched decode: a row per sequence) in
+// one parallel region over the column panels, each worker taking every k
+// block of a panel before the next: no barrier per k block, and each worker
+// reads its weights as k/kc interleaved streams, which draw more bandwidth
+// than one. A is read where it lies, so the caller packs nothing while the
+// workers wait (packing 16 rows serially was a seventh of a batched decode
+// step); only rows after the last whole tile, when they are not a 4-row
+// tile, are packed (zero-padded), so that no kernel reads past A.
 func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
-	mp := (m + mr - 1) / mr * mr
-	bufA := getBuf(mp * k)
-	defer packPool.Put(bufA)
-	pa := *bufA // the block at pc is [mp/mr panels][kb][mr] at pc·mp
-	for pc := 0; pc < k; pc += kc {
-		kb := min(kc, k-pc)
-		packA(ta, a, lda, 0, m, pc, kb, alpha, pa[pc*mp:pc*mp+mp*kb])
+	if alpha != 1 { // a scaled copy (LoRA's u·Bᵀ: m × rank, small)
+		buf := getBuf(m * k)
+		defer packPool.Put(buf)
+		scaled, src := (*buf)[:m*k], inPlace(ta, a, lda)
+		for i := 0; i < m; i++ {
+			for q := range k {
+				scaled[i*k+q] = alpha * src.a[i*src.rs+q*src.cs]
+			}
+		}
+		ta, a, lda = false, scaled, k
+	}
+	src := inPlace(ta, a, lda)
+	whole := m / mr * mr
+	if m-whole == 4 {
+		whole = m
+	}
+	var tail []float32 // rows [whole, m): per k block at pc·mr, one packed tile
+	if whole < m {
+		buf := getBuf(mr * k)
+		defer packPool.Put(buf)
+		tail = (*buf)[:mr*k]
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			packA(ta, a, lda, whole, m-whole, pc, kb, 1, tail[pc*mr:pc*mr+mr*kb])
+		}
 	}
 	panels := (n + nr - 1) / nr
 	par.For(panels, chunk(nr*m*k, 2), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
+			nw := min(nr, n-q*nr)
 			for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 				kb := min(kc, k-pc)
 				bp := p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
@@ -98,7 +120,10 @@ func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c 
 				} else if q+1 < hi {
 					next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
 				}
-				panelTiles(pa[pc*mp:], bp, c, ldc, 0, m, q*nr, kb, min(nr, n-q*nr), next)
+				panelTiles(src.from(0, pc), bp, c, ldc, 0, whole, q*nr, kb, nw, next)
+				if tail != nil {
+					panelTiles(aBlock{a: tail[pc*mr:]}, bp, c, ldc, whole, m-whole, q*nr, kb, nw, next)
+				}
 			}
 		}
 	})

@@ -99,9 +99,8 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 const narrowN = 2 * nr
 
 // narrowGemm serves products with a narrow op(B) (n <= narrowN): B, small,
-// is packed whole with alpha folded in; A is read where it lies by the
-// in-place kernels, six rows at a time; leftover rows go through a packed
-// edge tile.
+// is packed whole with alpha folded in; A is read where it lies, six rows at
+// a time; leftover rows go through a packed edge tile.
 func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	panels := (n + nr - 1) / nr
 	buf := getBuf(panels * nr * k)
@@ -118,50 +117,30 @@ func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []floa
 		}
 	}
 	full := m / mr
-	tile := func(i0 int, edge bool) {
+	src := inPlace(ta, a, lda)
+	block := func(i0 int, edge bool) {
 		var ap [mr * kc]float32
 		for pc := 0; pc < k; pc += kc {
 			kb := min(kc, k-pc)
+			blk, rows := src.from(i0, pc), mr
 			if edge {
-				packA(ta, a, lda, i0, m-i0, pc, kb, 1, ap[:mr*kb])
+				rows = m - i0
+				packA(ta, a, lda, i0, rows, pc, kb, 1, ap[:mr*kb])
+				blk = aBlock{a: ap[:mr*kb]}
 			}
 			for q := 0; q < panels; q++ {
 				bp := pb[pc*panels*nr+q*nr*kb : pc*panels*nr+(q+1)*nr*kb]
-				j0 := q * nr
-				if !edge && j0+nr <= n {
-					off := i0*lda + pc
-					if ta {
-						off = pc*lda + i0
-					}
-					kernelInPlace(ta, kb, a[off:], lda, bp, c[i0*ldc+j0:], ldc)
-					continue
-				}
-				var t [mr * nr]float32
-				if edge {
-					kernel6x16(kb, ap[:mr*kb], bp, t[:], nr, &bp[0])
-				} else {
-					off := i0*lda + pc
-					if ta {
-						off = pc*lda + i0
-					}
-					kernelInPlace(ta, kb, a[off:], lda, bp, t[:], nr)
-				}
-				for i := 0; i < min(mr, m-i0); i++ {
-					row := c[(i0+i)*ldc+j0 : (i0+i)*ldc+min(j0+nr, n)]
-					for j := range row {
-						row[j] += t[i*nr+j]
-					}
-				}
+				panelTiles(blk, bp, c, ldc, i0, rows, q*nr, kb, min(nr, n-q*nr), &bp[0])
 			}
 		}
 	}
 	loop(full, 4, func(lo, hi int) {
 		for blk := lo; blk < hi; blk++ {
-			tile(blk*mr, false)
+			block(blk*mr, false)
 		}
 	})
 	if full*mr < m {
-		tile(full*mr, true)
+		block(full*mr, true)
 	}
 }
 
@@ -222,32 +201,64 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 		if q+1 < qhi {
 			next = &pb[(q+1)*nr*kb]
 		}
-		panelTiles(pa, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next)
+		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next)
 	}
 }
 
-// panelTiles multiplies a packed A block (mb rows at ic) by one packed B
-// panel (columns j0, nw of them wide), adding into C; the first tile touches
-// next. Edge tiles go through a local tile so the micro-kernel always writes
-// a full mr×nr.
-func panelTiles(pa, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32) {
+// aBlock is a block of op(A)'s rows as the tile kernels read it: packed
+// ([rows/mr panels][kb][mr], so the tile of rows from ir starts at ir·kb),
+// or in place, element (i, p) at a[i·rs + p·cs].
+type aBlock struct {
+	a      []float32
+	rs, cs int // zero when packed
+}
+
+// inPlace reads op(A) where it lies: rows of a row-major a, or columns of a
+// stored transposed (ta).
+func inPlace(ta bool, a []float32, lda int) aBlock {
+	if ta {
+		return aBlock{a, 1, lda}
+	}
+	return aBlock{a, lda, 1}
+}
+
+// from is the in-place block whose element (0, 0) is this one's (i0, p0).
+func (b aBlock) from(i0, p0 int) aBlock {
+	b.a = b.a[i0*b.rs+p0*b.cs:]
+	return b
+}
+
+// tileAt returns the tile of rows from ir: where it starts and its strides.
+func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
+	if b.rs == 0 {
+		return b.a[ir*kb:], 1, mr
+	}
+	return b.a[ir*b.rs:], b.rs, b.cs
+}
+
+// panelTiles multiplies a block of A (mb rows at ic) by one packed B panel
+// (columns j0, nw of them wide), adding into C; the first tile touches
+// next. A tile of four rows or fewer runs the 4-row kernel; edge tiles go
+// through a local tile so the kernel always writes whole rows. An in-place
+// block must hold every row a kernel reads: its tiles are 6 or 4 rows.
+func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32) {
 	for ir := 0; ir < mb; ir += mr {
 		mw := min(mr, mb-ir)
-		ap := pa[ir*kb : ir*kb+mr*kb]
-		cOff := (ic+ir)*ldc + j0
-		kernel := kernel6x16
+		rows := mr
 		if mw <= 4 {
-			kernel = kernel4x16
+			rows = 4
 		}
-		if nw == nr && (mw == mr || mw == 4) {
-			kernel(kb, ap, bp, c[cOff:], ldc, next)
+		a, rs, cs := ab.tileAt(ir, kb)
+		cOff := (ic+ir)*ldc + j0
+		if nw == nr && mw == rows {
+			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next)
 		} else {
-			var tile [mr * nr]float32
-			kernel(kb, ap, bp, tile[:], nr, next)
+			var t [mr * nr]float32
+			tile(rows, kb, a, rs, cs, bp, t[:], nr, next)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				for j := range row {
-					row[j] += tile[i*nr+j]
+					row[j] += t[i*nr+j]
 				}
 			}
 		}
