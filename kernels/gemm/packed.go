@@ -106,7 +106,7 @@ func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c 
 		}
 	}
 	panels := (n + nr - 1) / nr
-	par.For(panels, chunk(nr*m*k, 2), func(lo, hi int) {
+	par.For(panels, par.MinChunk(nr*m*k, 2), func(lo, hi int) {
 		for q := lo; q < hi; q++ {
 			nw := min(nr, n-q*nr)
 			for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
@@ -152,7 +152,7 @@ func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, l
 	}
 	panels := (n + nr - 1) / nr
 	full := n / nr // panels with all nr columns in C
-	par.For(panels, chunk(nr*m*k, 4), func(lo, hi int) {
+	par.For(panels, par.MinChunk(nr*m*k, 4), func(lo, hi int) {
 		var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
 		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 			kb := min(kc, k-pc)

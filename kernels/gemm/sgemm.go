@@ -44,17 +44,6 @@ type loopFunc func(n, minChunk int, fn func(lo, hi int))
 
 func serial(n, _ int, fn func(lo, hi int)) { fn(0, n) }
 
-// grain is the fewest multiply-adds worth handing to another core: waking a
-// helper and waiting for it costs a few microseconds, about what one core
-// spends on this many. LoRA's rank-r products in decoding are far below it.
-const grain = 1 << 15
-
-// chunk is the minChunk for a parallel loop whose items cost work
-// multiply-adds each, and at least floor.
-func chunk(work, floor int) int {
-	return max(floor, grain/max(work, 1))
-}
-
 // Sgemm is the fast float32 GEMM, with Ref's arguments and meaning.
 func Sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	sgemm(par.For, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -180,7 +169,7 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 				mb := min(mc, m-ic)
 				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
-				loop(panels, chunk(nr*mb*kb, 4), func(lo, hi int) {
+				loop(panels, par.MinChunk(nr*mb*kb, 4), func(lo, hi int) {
 					macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, lo, hi)
 				})
 			}
@@ -416,7 +405,7 @@ func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, 
 		}
 		rows, lda = buf, k
 	}
-	loop((n+3)/4, chunk(4*m*k, 16), func(lo, hi int) {
+	loop((n+3)/4, par.MinChunk(4*m*k, 16), func(lo, hi int) {
 		var out [4]float32
 		var out2 [8]float32
 		for q := lo; q < hi; q++ {

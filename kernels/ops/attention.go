@@ -17,7 +17,7 @@ import (
 func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int) {
 	Q, KV, group := Hq*hd, Hkv*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
-	par.For(Hq, 1, func(lo, hi int) {
+	par.For(Hq, par.MinChunk(2*T*S*hd, 1), func(lo, hi int) { // q·kᵀ and p·v per head
 		p := make([]F, T*S) // [T, S]
 		for h := lo; h < hi; h++ {
 			g := h / group
@@ -45,7 +45,7 @@ func softmaxCausal[F Float](row []F, valid int) float64 {
 func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, Hq, Hkv, hd int) {
 	Q, KV, group := Hq*hd, Hkv*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
-	par.For(Hkv, 1, func(lo, hi int) {
+	par.For(Hkv, par.MinChunk(5*group*T*S*hd, 1), func(lo, hi int) { // five products per query head
 		p := make([]F, T*S)  // [T, S] probabilities
 		dp := make([]F, T*S) // [T, S] their gradient, then the scores' gradient
 		for g := lo; g < hi; g++ {

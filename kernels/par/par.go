@@ -24,6 +24,19 @@ import (
 // single-stream decode ran on 1.5 of its 2 cores.
 const spinFor = 200 * time.Microsecond
 
+// Grain is the fewest multiply-adds (or steps of like cost) worth handing to
+// another core: posting a task and waiting for it costs a few microseconds,
+// about what one core spends on this many, and a helper woken for less then
+// spins for spinFor, taking a core from whatever else the process runs (the
+// service's HTTP and store, beside a tiny model's forward).
+const Grain = 1 << 15
+
+// MinChunk is the minChunk for a loop whose items cost work multiply-adds
+// each: enough items to make a grain, and at least floor.
+func MinChunk(work, floor int) int {
+	return max(floor, Grain/max(work, 1))
+}
+
 // Workers is how many goroutines a parallel loop may use.
 func Workers() int { return runtime.GOMAXPROCS(0) }
 

@@ -261,7 +261,8 @@ func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int)
 		}
 		group := cfg.Heads / cfg.KVHeads
 		scale := F(1 / math.Sqrt(float64(hd)))
-		par.For(B*cfg.KVHeads, 1, func(lo, hi int) {
+		work := 2 * cfg.Heads / cfg.KVHeads * caches[0].Len() * hd // a group's q·kᵀ and p·v
+		par.For(B*cfg.KVHeads, par.MinChunk(work, 1), func(lo, hi int) {
 			var scores []F
 			for i := lo; i < hi; i++ {
 				b, g := i/cfg.KVHeads, i%cfg.KVHeads

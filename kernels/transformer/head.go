@@ -78,7 +78,7 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
 		fwd(logits[:n*V], h, t0, n, u[:n*max(r, 1)])
-		par.For(n, 1, func(lo, hi int) {
+		par.For(n, par.MinChunk(4*V, 1), func(lo, hi int) { // a few passes over each row
 			for i := lo; i < hi; i++ {
 				row := logits[i*V : (i+1)*V]
 				want[i] = fn(t0+i, row)
