@@ -86,7 +86,7 @@ func TestKernelsMatchPortable(t *testing.T) {
 			for _, rows := range []int{mr, 4} {
 				c1 := randSlice(r, mr*20)
 				c2 := append([]float32(nil), c1...)
-				tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0])
+				tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0], 0, 64)
 				tileGo(rows, k, a, st[0], st[1], b, c2, 20)
 				for i := range c1 {
 					if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
@@ -222,7 +222,7 @@ func BenchmarkKernel(b *testing.B) {
 		r := rng.New(1)
 		a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
 		for pb.Next() {
-			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0])
+			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64)
 		}
 	})
 	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")

@@ -8,18 +8,18 @@ import "golang.org/x/sys/cpu"
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
 
 //go:noescape
-func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
 
 // tile adds A·B into the rows×16 tile at c, rows 6 (mr) or 4, with A's
 // element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
 // row-major matrix read in place (rs lda, cs 1), or columns of one stored
 // transposed (rs 1, cs lda). b is a packed panel k deep. Each k step also
-// touches a row of next, so a panel streaming from memory arrives while this
-// one is multiplied.
-func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32) {
+// touches the byte poff + p·pstep of next (see panelTiles), so a panel
+// streaming from memory arrives while this one is multiplied.
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32, poff, pstep int) {
 	if !useAVX || k == 0 {
 		tileGo(rows, k, a, rs, cs, b, c, ldc)
 		return
@@ -29,10 +29,10 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 	_ = b[k*nr-1]
 	_ = c[(rows-1)*ldc+nr-1]
 	if rows == 4 {
-		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next)
+		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep)
 		return
 	}
-	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next)
+	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep)
 }
 
 //go:noescape

@@ -84,6 +84,8 @@
 	MOVQ c+40(FP), DX \
 	MOVQ ldc+48(FP), R8 \
 	MOVQ next+56(FP), R10 \
+	ADDQ poff+64(FP), R10 \
+	MOVQ pstep+72(FP), AX \
 	SHLQ $2, R11 \
 	SHLQ $2, R14 \
 	SHLQ $2, R8 \
@@ -91,9 +93,9 @@
 	LEAQ (R11)(R11*4), R13 \
 	MOVQ DX, R9
 
-// The k loop, four steps at a time: each step also touches one 64-byte row
-// of the next B panel (R10), so a panel streaming from memory arrives while
-// this one is multiplied. Ends at label store.
+// The k loop, four steps at a time: each step also touches the next B
+// panel at R10, which moves AX bytes a step, so a panel streaming from
+// memory arrives while this one is multiplied. Ends at label store.
 #define TILE_LOOP(S) \
 	MOVQ CX, BX \
 	SHRQ $2, BX \
@@ -105,17 +107,20 @@ loop4: \
 	PREFETCHT0 (R10) \
 	S(0) \
 	ADDQ R14, SI \
-	PREFETCHT0 64(R10) \
+	ADDQ AX, R10 \
+	PREFETCHT0 (R10) \
 	S(64) \
 	ADDQ R14, SI \
-	PREFETCHT0 128(R10) \
+	ADDQ AX, R10 \
+	PREFETCHT0 (R10) \
 	S(128) \
 	ADDQ R14, SI \
-	PREFETCHT0 192(R10) \
+	ADDQ AX, R10 \
+	PREFETCHT0 (R10) \
 	S(192) \
 	ADDQ R14, SI \
+	ADDQ AX, R10 \
 	ADDQ $256, DI \
-	ADDQ $256, R10 \
 	DECQ BX \
 	JNZ  loop4 \
 tail: \
@@ -128,8 +133,8 @@ loop1: \
 	DECQ CX \
 	JNZ  loop1
 
-// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
-TEXT ·tile6x16AVX(SB), NOSPLIT, $0-64
+// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
+TEXT ·tile6x16AVX(SB), NOSPLIT, $0-80
 	TILE_ARGS
 	// Touch the C tile now so its lines arrive while the k loop runs.
 	PREFETCHROW
@@ -151,11 +156,11 @@ store:
 	VZEROUPPER
 	RET
 
-// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32)
+// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
 // The bottom tile of a row block whose height leaves four rows or fewer
 // (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
 // it writes C directly.
-TEXT ·tile4x16AVX(SB), NOSPLIT, $0-64
+TEXT ·tile4x16AVX(SB), NOSPLIT, $0-80
 	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW

@@ -2,7 +2,7 @@
 
 package gemm
 
-func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, _ *float32) {
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, _ *float32, _, _ int) {
 	tileGo(rows, k, a, rs, cs, b, c, ldc)
 }
 

@@ -226,11 +226,18 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 }
 
 // panelTiles multiplies a block of A (mb rows at ic) by one packed B panel
-// (columns j0, nw of them wide), adding into C; the first tile touches
-// next. A tile of four rows or fewer runs the 4-row kernel; edge tiles go
-// through a local tile so the kernel always writes whole rows. An in-place
-// block must hold every row a kernel reads: its tiles are 6 or 4 rows.
+// (columns j0, nw of them wide), adding into C. Its tiles share the touching
+// of next, the panel the caller reads after this one, a slice each: bunched
+// into the first tile, the loads of a panel streaming from memory queued up
+// behind each other while the other tiles' time went unused. A tile of four
+// rows or fewer runs the 4-row kernel; edge tiles go through a local tile so
+// the kernel always writes whole rows. An in-place block must hold every row
+// a kernel reads: its tiles are 6 or 4 rows.
 func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32) {
+	if mb <= 0 {
+		return
+	}
+	pstep := max(4, 64*mr/mb) // bytes of next a k step: a 64-byte row of it over all the tiles
 	for ir := 0; ir < mb; ir += mr {
 		mw := min(mr, mb-ir)
 		rows := mr
@@ -239,11 +246,12 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 		}
 		a, rs, cs := ab.tileAt(ir, kb)
 		cOff := (ic+ir)*ldc + j0
+		poff := ir / mr * pstep * kb
 		if nw == nr && mw == rows {
-			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next)
+			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep)
 		} else {
 			var t [mr * nr]float32
-			tile(rows, kb, a, rs, cs, bp, t[:], nr, next)
+			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				for j := range row {
@@ -251,7 +259,6 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 				}
 			}
 		}
-		next = &bp[0]
 	}
 }
 
