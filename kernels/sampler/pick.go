@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"math"
 	"sort"
 	"sync"
 
@@ -26,8 +27,8 @@ type candidate struct {
 // renormalised survivors, so a seeded stream gives the same token whatever
 // else is being sampled.
 func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
-	lse := ops.LogSumExp(row)
 	if p.Temperature == 0 {
+		lse := ops.LogSumExp(row)
 		best := 0
 		for i, v := range row {
 			if v > row[best] {
@@ -36,9 +37,46 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 		}
 		return best, float64(row[best]) - lse
 	}
+	eb := expScratch.Get().(*[]float32)
+	defer expScratch.Put(eb)
+	if cap(*eb) < len(row) {
+		*eb = make([]float32, len(row))
+	}
+	e := (*eb)[:len(row)]
+	mx := float64(row[0])
+	for _, v := range row {
+		mx = max(mx, float64(v))
+	}
+	total := scaledExps(e, row, mx, 1/p.Temperature)
+	if p.MinP > 0 || p.TopK > 0 || p.TopP < 1 {
+		return pickFiltered(row, e, p, r)
+	}
+	// No filter: one uniform walks the probabilities by token id, as the
+	// filtered path walks its survivors, so a seed draws the same token.
+	u := r.Float64() * total
+	chosen := len(e) - 1
+	for i, v := range e {
+		if u < float64(v) {
+			chosen = i
+			break
+		}
+		u -= float64(v)
+	}
+	lse := mx + math.Log(total) // the sum ops.LogSumExp takes, at temperature 1
+	if p.Temperature != 1 || math.IsInf(mx, 0) || math.IsNaN(mx) {
+		lse = ops.LogSumExp(row)
+	}
+	return chosen, float64(row[chosen]) - lse
+}
+
+// pickFiltered is pick under min_p, top_k or top_p: the survivors of
+// distribution, renormalised, walked by one uniform. e holds the tokens'
+// probabilities relative to the top token's.
+func pickFiltered(row, e []float32, p *Params, r *rng.Source) (int, float64) {
+	lse := ops.LogSumExp(row)
 	buf := scratch.Get().(*[]candidate)
 	defer scratch.Put(buf)
-	cands := distribution(row, p, *buf)
+	cands := distribution(e, p, *buf)
 	*buf = cands
 	var total float64
 	for _, c := range cands {
@@ -56,6 +94,25 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 	return chosen, float64(row[chosen]) - lse
 }
 
+// scaledExps sets e[i] = e^((row[i] − mx)·inv) (inv = 1/temperature), the
+// probabilities relative to the top token's, with the vectorised exp, and
+// returns their sum.
+func scaledExps(e, row []float32, mx, inv float64) float64 {
+	for i, v := range row {
+		e[i] = float32((float64(v) - mx) * inv)
+	}
+	ops.ExpSlice(e, e)
+	var s float64
+	for _, x := range e {
+		s += float64(x)
+	}
+	return s
+}
+
+// expScratch holds the per-token probability buffers of pick (a vocabulary
+// of float32 each), pooled like scratch.
+var expScratch = sync.Pool{New: func() any { return new([]float32) }}
+
 // scratch holds candidate buffers: without truncation every token of the
 // vocabulary survives (2.4 MB for a 150k vocabulary), and growing a fresh
 // buffer for every sample of every request cost a tenth of batched decoding.
@@ -63,29 +120,15 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 var scratch = sync.Pool{New: func() any { return new([]candidate) }}
 
 // distribution returns the surviving tokens and their unnormalised
-// probabilities after temperature, min_p, top_k and top_p, ordered by token
-// id unless top_k or top_p needed a sort (then by falling probability).
-func distribution(row []float32, p *Params, buf []candidate) []candidate {
-	inv := 1 / p.Temperature
-	mx := float64(row[0])
-	for _, v := range row {
-		mx = max(mx, float64(v))
-	}
-	// Probabilities relative to the top token's: exp((z - zmax)/T) ∈ (0, 1],
-	// computed a chunk at a time with the vectorised exp.
+// probabilities after min_p, top_k and top_p, given e, every token's
+// probability relative to the top token's (temperature applied), ordered by
+// token id unless top_k or top_p needed a sort (then by falling
+// probability).
+func distribution(e []float32, p *Params, buf []candidate) []candidate {
 	cands := buf[:0]
-	var q [256]float32
-	for c := 0; c < len(row); c += len(q) {
-		chunk := row[c:min(c+len(q), len(row))]
-		qs := q[:len(chunk)]
-		for i, v := range chunk {
-			qs[i] = float32((float64(v) - mx) * inv)
-		}
-		ops.ExpSlice(qs, qs)
-		for i, e := range qs {
-			if float64(e) >= p.MinP { // min_p: p_i >= min_p · p_max, with p_max = 1 here
-				cands = append(cands, candidate{c + i, float64(e)})
-			}
+	for i, x := range e {
+		if float64(x) >= p.MinP { // min_p: p_i >= min_p · p_max, with p_max = 1 here
+			cands = append(cands, candidate{i, float64(x)})
 		}
 	}
 	k := p.TopK
