@@ -7,25 +7,31 @@ import (
 	"github.com/wts-project/wts/kernels/par"
 )
 
+// KVLayout is where attention finds keys and values: position s of KV head g
+// starts at s·Row + g·Head. The projections give [S, Hkv·hd] rows (Row
+// Hkv·hd, Head hd); a decode cache keeps each head's positions together.
+type KVLayout struct{ Row, Head int }
+
 // Attention is causal grouped-query attention over one sequence.
 //
-// q: [T, Hq*hd]; k, v: [S, Hkv*hd]; out: [T, Hq*hd]; lse: [Hq, T].
+// q: [T, Hq*hd]; k, v: S positions of Hkv heads laid out as kv says;
+// out: [T, Hq*hd]; lse: [Hq, T].
 // Query t sits at absolute position S−T+t and sees keys 0..S−T+t (so S == T
 // in training, and S > T when appending to a cache). Query head h reads kv
 // head h/(Hq/Hkv). lse keeps each row's log-sum-exp so the backward pass can
 // rebuild the probabilities instead of storing T×S of them per head.
-func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int) {
-	Q, KV, group := Hq*hd, Hkv*hd, Hq/Hkv
+func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayout) {
+	Q, group := Hq*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
 	par.For(Hq, par.MinChunk(2*T*S*hd, 1), func(lo, hi int) { // q·kᵀ and p·v per head
 		p := make([]F, T*S) // [T, S]
 		for h := lo; h < hi; h++ {
 			g := h / group
-			gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*hd:], KV, 0, p, S)
+			gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*kv.Head:], kv.Row, 0, p, S)
 			for t := 0; t < T; t++ {
 				lse[h*T+t] = F(softmaxCausal(p[t*S:(t+1)*S], S-T+t+1))
 			}
-			gemm.Serial(false, false, T, hd, S, 1, p, S, v[g*hd:], KV, 0, out[h*hd:], Q)
+			gemm.Serial(false, false, T, hd, S, 1, p, S, v[g*kv.Head:], kv.Row, 0, out[h*hd:], Q)
 		}
 	})
 }

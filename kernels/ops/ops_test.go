@@ -129,12 +129,18 @@ func TestAttention(t *testing.T) {
 		q, k, v := rand64(r, c.T*c.Hq*c.hd), rand64(r, c.S*c.Hkv*c.hd), rand64(r, c.S*c.Hkv*c.hd)
 		want := RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
 		out, lse := make([]float32, len(want)), make([]float32, c.Hq*c.T)
-		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd)
+		rows := KVLayout{Row: c.Hkv * c.hd, Head: c.hd}
+		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd, rows)
 		closeTo(t, "attention", out, want, 1e-5)
+		// The same keys and values head-major, with room for more positions.
+		hk, hv, hm := headMajor(k, c.S, c.Hkv, c.hd), headMajor(v, c.S, c.Hkv, c.hd), KVLayout{Row: c.hd, Head: (c.S + 3) * c.hd}
+		clear(out)
+		Attention(out, lse, to32(q), to32(hk), to32(hv), c.T, c.S, c.Hq, c.Hkv, c.hd, hm)
+		closeTo(t, "attention, head-major keys and values", out, want, 1e-5)
 
 		// Backward, each input in turn, in float64.
 		lse64, out64 := make([]float64, c.Hq*c.T), make([]float64, len(want))
-		Attention(out64, lse64, q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
+		Attention(out64, lse64, q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd, KVLayout{Row: c.Hkv * c.hd, Head: c.hd})
 		cw := rand64(r, len(want))
 		dq, dk, dv := make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
 		AttentionBackward(dq, dk, dv, cw, q, k, v, out64, lse64, c.T, c.S, c.Hq, c.Hkv, c.hd)
@@ -155,9 +161,21 @@ func FuzzAttention(f *testing.F) {
 		q, k, v := rand64(r, c.T*c.Hq*c.hd), rand64(r, c.S*c.Hkv*c.hd), rand64(r, c.S*c.Hkv*c.hd)
 		want := RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
 		out, lse := make([]float32, len(want)), make([]float32, c.Hq*c.T)
-		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd)
+		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd, KVLayout{Row: c.Hkv * c.hd, Head: c.hd})
 		closeTo(t, "attention", out, want, 1e-5)
 	})
+}
+
+// headMajor copies x [S, H·hd] into [H][S+3][hd] (three positions of
+// spare room per head, as a decode cache keeps).
+func headMajor(x []float64, S, H, hd int) []float64 {
+	out := make([]float64, H*(S+3)*hd)
+	for s := 0; s < S; s++ {
+		for g := 0; g < H; g++ {
+			copy(out[(g*(S+3)+s)*hd:(g*(S+3)+s+1)*hd], x[(s*H+g)*hd:(s*H+g+1)*hd])
+		}
+	}
+	return out
 }
 
 func TestSwiGLU(t *testing.T) {

@@ -175,7 +175,7 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	la.attn, la.lse = ar.Alloc(T*Q), ar.Alloc(T*c.Heads)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
-		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim)
+		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim, ops.KVLayout{Row: KV, Head: c.HeadDim})
 	}
 
 	la.x2 = ar.Alloc(T * D)
