@@ -52,6 +52,7 @@ func main() {
 	skipTrain := flag.Bool("decode-only", false, "skip the forward_backward run")
 	batched := flag.Bool("batched", true, "also run the 16-sequence decode")
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
+	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -62,8 +63,8 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if *dir == "" || *rounds < 1 {
-		fmt.Fprintln(os.Stderr, "enginebench: --model is required, and --rounds must be at least 1")
+	if *dir == "" || *rounds < 1 || *decode == 1 {
+		fmt.Fprintln(os.Stderr, "enginebench: --model is required, --rounds must be at least 1, and --decode 0 or at least 2")
 		os.Exit(2)
 	}
 	w, err := model.Load(*dir)
@@ -94,12 +95,22 @@ func main() {
 		})
 	}
 	if *decode > 0 {
-		prompt := data[0].ModelInput[:16]
+		prompt := make([]int, *promptLen)
+		for i := range prompt {
+			prompt[i] = int(r.Uint64() % uint64(w.Cfg.Vocab))
+		}
+		// decodeSecs times the decode steps of n samples of the prompt: the
+		// prefill and the first token (sampler.Start) are not timed, so the
+		// steps make decode-1 tokens a sample.
 		decodeSecs := func(n int) float64 {
-			t0 := time.Now()
-			_, err := sampler.Sample(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
+			st, err := sampler.Start(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
 				Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
 			check(err)
+			ar := transformer.NewArena[float32]()
+			t0 := time.Now()
+			for !st.Done() {
+				check(sampler.Step([]*sampler.Stream{st}, ar))
+			}
 			return time.Since(t0).Seconds()
 		}
 		// Bytes of weights read per decoded token (LM head included, the
@@ -115,12 +126,12 @@ func main() {
 		decodeSecs(1) // warm-up: page faults, pools
 		var single, bound, frac, batch16, speedup []float64
 		for i := 0; i < *rounds; i++ {
-			one := float64(*decode) / decodeSecs(1)
+			one := float64(*decode-1) / decodeSecs(1)
 			gbps := bw.measure()
 			b := gbps * 1e9 / float64(rep.WeightBytes)
 			single, bound, frac = append(single, one), append(bound, b), append(frac, one/b)
 			if *batched {
-				many := float64(16**decode) / decodeSecs(16)
+				many := float64(16*(*decode-1)) / decodeSecs(16)
 				batch16, speedup = append(batch16, many), append(speedup, many/one)
 			}
 		}
