@@ -79,16 +79,10 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 // tile, are packed (zero-padded), so that no kernel reads past A.
 func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
-	if alpha != 1 { // a scaled copy (LoRA's u·Bᵀ: m × rank, small)
-		buf := getBuf(m * k)
+	if alpha != 1 {
+		buf := scaledRows(ta, m, k, alpha, a, lda)
 		defer packPool.Put(buf)
-		scaled, src := (*buf)[:m*k], inPlace(ta, a, lda)
-		for i := 0; i < m; i++ {
-			for q := range k {
-				scaled[i*k+q] = alpha * src.a[i*src.rs+q*src.cs]
-			}
-		}
-		ta, a, lda = false, scaled, k
+		ta, a, lda = false, *buf, k
 	}
 	src := inPlace(ta, a, lda)
 	whole := m / mr * mr
@@ -142,13 +136,9 @@ const packedGemvM = 4
 func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
 	n, k := p.N, p.K
 	if alpha != 1 {
-		scaled := make([]float32, m*k)
-		for i := 0; i < m; i++ {
-			for j, v := range a[i*lda : i*lda+k] {
-				scaled[i*k+j] = alpha * v
-			}
-		}
-		a, lda = scaled, k
+		buf := scaledRows(false, m, k, alpha, a, lda)
+		defer packPool.Put(buf)
+		a, lda = *buf, k
 	}
 	panels := (n + nr - 1) / nr
 	full := n / nr // panels with all nr columns in C
@@ -180,4 +170,18 @@ func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, l
 			}
 		}
 	})
+}
+
+// scaledRows returns alpha·op(A) [m, k] as a row-major copy from the pool
+// (put it back when done): the products that read A in place fold alpha in
+// here, on few rows (LoRA's u·Bᵀ: m × rank).
+func scaledRows(ta bool, m, k int, alpha float32, a []float32, lda int) *[]float32 {
+	buf := getBuf(m * k)
+	src := inPlace(ta, a, lda)
+	for i := 0; i < m; i++ {
+		for q, row := 0, (*buf)[i*k:(i+1)*k]; q < k; q++ {
+			row[q] = alpha * src.a[i*src.rs+q*src.cs]
+		}
+	}
+	return buf
 }
