@@ -192,3 +192,9 @@ func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, tr
 	op.Result = d.Result
 	recordUsage(op, d, p, now, trainer)
 }
+
+// failInterrupted settles an operation its grain finds executing when it
+// activates: the node stopped under it, and it is never run twice.
+func failInterrupted(op *persistence.Operation, now time.Time) {
+	settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+}

@@ -204,7 +204,7 @@ func (g *runGrain) activate() error {
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
 			case op.Status == OpExecuting:
-				settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+				failInterrupted(op, now)
 				if payload.Mutates(op.Kind) {
 					r.ErrorCode = CodeInterrupted
 					move(RunMoves, &r.Status, RunInterrupted)

@@ -86,7 +86,7 @@ func (g *samplerGrain) activate() error {
 		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case OpExecuting:
-				settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+				failInterrupted(op, now)
 				return tx.Put(persistence.Ops, persistence.SeqKey(g.id, op.SeqID), op)
 			case OpPending, OpParked:
 				g.queue = append(g.queue, op.SeqID)
