@@ -46,20 +46,20 @@ func pack(tb bool, w []float32, n, k, ldw int) *Packed {
 // Mul computes C = alpha·op(A)·B + beta·C for op(A) [m, K] (A transposed
 // when ta), C [m, N].
 func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
+	if m > mc {
+		p.mulBlocked(ta, m, alpha, a, lda, beta, c, ldc)
+		return
+	}
+	mulFew([]Product{{B: p, TransA: ta, M: m, Alpha: alpha, A: a, Lda: lda, Beta: beta, C: c, Ldc: ldc}})
+}
+
+func (p *Packed) mulBlocked(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
 	n, k := p.N, p.K
-	if m == 0 || n == 0 {
+	if n == 0 {
 		return
 	}
 	scaleC(m, n, beta, c, ldc)
 	if k == 0 || alpha == 0 {
-		return
-	}
-	if m < packedGemvM && !ta {
-		p.gemv(m, alpha, a, lda, c, ldc)
-		return
-	}
-	if m <= mc {
-		p.fewRows(ta, m, alpha, a, lda, c, ldc)
 		return
 	}
 	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
@@ -69,107 +69,229 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 	})
 }
 
-// fewRows serves one block of rows (batched decode: a row per sequence) in
-// one parallel region over the column panels, each worker taking every k
-// block of a panel before the next: no barrier per k block, and each worker
-// reads its weights as k/kc interleaved streams, which draw more bandwidth
-// than one. A is read where it lies, so the caller packs nothing while the
-// workers wait (packing 16 rows serially was a seventh of a batched decode
-// step); only rows after the last whole tile, when they are not a 4-row
-// tile, are packed (zero-padded), so that no kernel reads past A.
-func (p *Packed) fewRows(ta bool, m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
-	n, k := p.N, p.K
-	if alpha != 1 {
-		buf := scaledRows(ta, m, k, alpha, a, lda)
-		defer packPool.Put(buf)
-		ta, a, lda = false, *buf, k
-	}
-	src := inPlace(ta, a, lda)
-	whole := m / mr * mr
-	if m-whole == 4 {
-		whole = m
-	}
-	var tail []float32 // rows [whole, m): per k block at pc·mr, one packed tile
-	if whole < m {
-		buf := getBuf(mr * k)
-		defer packPool.Put(buf)
-		tail = (*buf)[:mr*k]
-		for pc := 0; pc < k; pc += kc {
-			kb := min(kc, k-pc)
-			packA(ta, a, lda, whole, m-whole, pc, kb, 1, tail[pc*mr:pc*mr+mr*kb])
+// Product is one C = alpha·op(A)·B + beta·C against a packed B, for MulAll:
+// op(A) [M, B.K] (A transposed when TransA), C [M, B.N].
+type Product struct {
+	B      *Packed
+	TransA bool
+	M      int
+	Alpha  float32
+	A      []float32
+	Lda    int
+	Beta   float32
+	C      []float32
+	Ldc    int
+}
+
+// MulAll computes every product of ps; they must not write where another
+// reads. The products of few rows (decoding) run in one parallel region. A decode step's projections come in sets that read one
+// input (q, k and v with the LoRA down-projections beside them; gate and up
+// with theirs): run one region each, a LoRA down-projection of a single
+// panel had one core read it while the other waited, and every region's
+// start and ragged end cost its helpers' time again.
+func MulAll(ps []Product) {
+	var few []Product
+	for _, pr := range ps {
+		if pr.M > mc {
+			pr.B.mulBlocked(pr.TransA, pr.M, pr.Alpha, pr.A, pr.Lda, pr.Beta, pr.C, pr.Ldc)
+			continue
 		}
+		few = append(few, pr)
 	}
-	panels := (n + nr - 1) / nr
-	par.For(panels, par.MinChunk(nr*m*k, 2), func(lo, hi int) {
-		for q := lo; q < hi; q++ {
-			nw := min(nr, n-q*nr)
-			for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
-				kb := min(kc, k-pc)
-				bp := p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
-				// The next panel this worker reads: this one in the next
-				// k block, or the next one in the first.
-				next := &bp[0]
-				if pc+kc < k {
-					next = &p.data[p.blocks[bi+1]+q*nr*min(kc, k-pc-kc)]
-				} else if q+1 < hi {
-					next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
-				}
-				panelTiles(src.from(0, pc), bp, c, ldc, 0, whole, q*nr, kb, nw, next)
-				if tail != nil {
-					panelTiles(aBlock{a: tail[pc*mr:]}, bp, c, ldc, whole, m-whole, q*nr, kb, nw, next)
+	mulFew(few)
+}
+
+// mulFew runs products of at most mc rows each in one parallel region,
+// each worker taking a share of every product's column panels.
+func mulFew(ps []Product) {
+	var buf [8]rowsPlan
+	plans := buf[:0]
+	units, work := 0, 0
+	for _, pr := range ps {
+		n, k := pr.B.N, pr.B.K
+		if pr.M == 0 || n == 0 {
+			continue
+		}
+		scaleC(pr.M, n, pr.Beta, pr.C, pr.Ldc)
+		if k == 0 || pr.Alpha == 0 {
+			continue
+		}
+		pl := newRowsPlan(pr)
+		plans = append(plans, pl)
+		units += pl.panels
+		work += pl.panels * nr * pr.M * k
+	}
+	if units == 0 {
+		return
+	}
+	group, floor := 1, 2 // the tile kernels take a panel's k blocks at once
+	if plans[0].gemv {
+		group, floor = 4, 4 // gemv walks four panels at a time
+	}
+	// Every worker takes its share of every product, so the workers stream
+	// each matrix side by side, as when the products ran one by one: handing
+	// whole products to different workers made single-stream decode ~5%
+	// slower.
+	slots := max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
+	par.For(slots, 1, func(lo, hi int) {
+		for sl := lo; sl < hi; sl++ {
+			for i := range plans {
+				if a, b := plans[i].share(sl, slots, group); a < b {
+					plans[i].run(a, b)
 				}
 			}
 		}
 	})
+	for i := range plans {
+		plans[i].release()
+	}
+}
+
+// rowsPlan is one few-rows product made ready to run panel by panel: alpha
+// folded into a copy of A when it is not 1, and for the tile kernels the
+// rows after the last whole tile packed.
+type rowsPlan struct {
+	p      *Packed
+	m      int
+	gemv   bool      // m < packedGemvM and A not transposed: the one-row kernels
+	a      []float32 // row-major A (alpha folded) for gemv
+	lda    int
+	src    aBlock // A in place for the tile kernels
+	whole  int    // rows [0, whole) go through src, the rest through tail
+	tail   []float32
+	c      []float32
+	ldc    int
+	panels int
+	bufs   [2]*[]float32 // pool buffers to put back
+}
+
+func newRowsPlan(pr Product) rowsPlan {
+	p, m, k := pr.B, pr.M, pr.B.K
+	pl := rowsPlan{p: p, m: m, a: pr.A, lda: pr.Lda, c: pr.C, ldc: pr.Ldc, panels: (p.N + nr - 1) / nr}
+	ta := pr.TransA
+	if pr.Alpha != 1 {
+		pl.bufs[0] = scaledRows(ta, m, k, pr.Alpha, pr.A, pr.Lda)
+		ta, pl.a, pl.lda = false, *pl.bufs[0], k
+	}
+	if m < packedGemvM && !ta {
+		pl.gemv = true
+		return pl
+	}
+	pl.src = inPlace(ta, pl.a, pl.lda)
+	pl.whole = m / mr * mr
+	if m-pl.whole == 4 {
+		pl.whole = m
+	}
+	if pl.whole < m { // per k block at pc·mr, one packed tile
+		pl.bufs[1] = getBuf(mr * k)
+		pl.tail = (*pl.bufs[1])[:mr*k]
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			packA(ta, pl.a, pl.lda, pl.whole, m-pl.whole, pc, kb, 1, pl.tail[pc*mr:pc*mr+mr*kb])
+		}
+	}
+	return pl
+}
+
+// share is slot s's panels [a, b) of the product when slots split it, cut at
+// multiples of group (gemv's four-panel walk: a cut mid-group left a slower
+// single stream on each side) as near evenly as that allows.
+func (pl *rowsPlan) share(s, slots, group int) (a, b int) {
+	cut := func(s int) int {
+		if s >= slots {
+			return pl.panels
+		}
+		return min(pl.panels, (s*pl.panels+slots*group/2)/(slots*group)*group)
+	}
+	return cut(s), cut(s + 1)
+}
+
+func (pl *rowsPlan) release() {
+	for _, b := range pl.bufs {
+		if b != nil {
+			packPool.Put(b)
+		}
+	}
+}
+
+func (pl *rowsPlan) run(lo, hi int) {
+	if pl.gemv {
+		pl.gemvPanels(lo, hi)
+	} else {
+		pl.tilePanels(lo, hi)
+	}
+}
+
+// tilePanels serves a block of rows (batched decode: a row per sequence)
+// over panels [lo, hi), each panel's k blocks in turn before the next: no
+// barrier per k block, and a worker reads its weights as k/kc interleaved
+// streams, which draw more bandwidth than one. A is read where it lies, so
+// nothing is packed while the workers wait (packing 16 rows serially was a
+// seventh of a batched decode step); only rows after the last whole tile,
+// when they are not a 4-row tile, were packed (zero-padded), so that no
+// kernel reads past A.
+func (pl *rowsPlan) tilePanels(lo, hi int) {
+	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
+	for q := lo; q < hi; q++ {
+		nw := min(nr, n-q*nr)
+		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+			kb := min(kc, k-pc)
+			bp := p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
+			// The next panel this worker reads: this one in the next
+			// k block, or the next one in the first.
+			next := &bp[0]
+			if pc+kc < k {
+				next = &p.data[p.blocks[bi+1]+q*nr*min(kc, k-pc-kc)]
+			} else if q+1 < hi {
+				next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
+			}
+			panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next)
+			if pl.tail != nil {
+				panelTiles(aBlock{a: pl.tail[pc*mr:]}, bp, pl.c, pl.ldc, pl.whole, m-pl.whole, q*nr, kb, nw, next)
+			}
+		}
+	}
 }
 
 // packedGemvM is the row count below which products walk the panels with a
 // one-row kernel: the 6-row micro-kernel would compute mostly padding.
 const packedGemvM = 4
 
-// gemv serves few rows (single-stream decode): one parallel region; each
-// worker takes a range of panels and walks the k blocks outermost, four
-// panels at a time, so within a block it reads four sequential streams, the
-// access pattern that draws the most bandwidth from memory (one stream alone
-// gets about a fifth less). The kernels add straight into C; alpha scales
-// the few rows of A instead of every output.
-func (p *Packed) gemv(m int, alpha float32, a []float32, lda int, c []float32, ldc int) {
-	n, k := p.N, p.K
-	if alpha != 1 {
-		buf := scaledRows(false, m, k, alpha, a, lda)
-		defer packPool.Put(buf)
-		a, lda = *buf, k
+// gemvPanels serves few rows (single-stream decode) over panels [lo, hi),
+// walking the k blocks outermost, four panels at a time, so within a block
+// it reads four sequential streams, the access pattern that draws the most
+// bandwidth from memory (one stream alone gets about a fifth less). The
+// kernels add straight into C.
+func (pl *rowsPlan) gemvPanels(lo, hi int) {
+	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
+	a, lda, c, ldc := pl.a, pl.lda, pl.c, pl.ldc
+	full := n / nr                    // panels with all nr columns in C
+	var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
+	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+		kb := min(kc, k-pc)
+		base := p.data[p.blocks[bi]:]
+		for i := 0; i < m; i++ {
+			x, y := a[i*lda+pc:i*lda+pc+kb], c[i*ldc:]
+			q := lo
+			for ; q+4 <= min(hi, full); q += 4 {
+				gemv64(x, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
+			}
+			for ; q < min(hi, full); q++ {
+				gemv16(x, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
+			}
+			if q < hi { // q == full: the partial panel
+				gemv16(x, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
+			}
+		}
 	}
-	panels := (n + nr - 1) / nr
-	full := n / nr // panels with all nr columns in C
-	par.For(panels, par.MinChunk(nr*m*k, 4), func(lo, hi int) {
-		var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
-		for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
-			kb := min(kc, k-pc)
-			base := p.data[p.blocks[bi]:]
-			for i := 0; i < m; i++ {
-				x, y := a[i*lda+pc:i*lda+pc+kb], c[i*ldc:]
-				q := lo
-				for ; q+4 <= min(hi, full); q += 4 {
-					gemv64(x, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
-				}
-				for ; q < min(hi, full); q++ {
-					gemv16(x, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
-				}
-				if q < hi { // q == full: the partial panel
-					gemv16(x, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
-				}
+	if hi > full {
+		for i := 0; i < m; i++ {
+			out := c[i*ldc+full*nr : i*ldc+n]
+			for j := range out {
+				out[j] += edge[i][j]
 			}
 		}
-		if hi > full {
-			for i := 0; i < m; i++ {
-				out := c[i*ldc+full*nr : i*ldc+n]
-				for j := range out {
-					out[j] += edge[i][j]
-				}
-			}
-		}
-	})
+	}
 }
 
 // scaledRows returns alpha·op(A) [m, k] as a row-major copy from the pool

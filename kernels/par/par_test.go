@@ -48,3 +48,12 @@ func TestConcurrentCallers(t *testing.T) {
 		t.Fatalf("total %d", total.Load())
 	}
 }
+
+// BenchmarkForRegion is the round trip of one two-chunk region with nothing
+// in it: what each parallel region of a decode step costs before its work.
+func BenchmarkForRegion(b *testing.B) {
+	var s atomic.Int64
+	for i := 0; i < b.N; i++ {
+		For(8, 1, func(lo, hi int) { s.Add(int64(hi - lo)) })
+	}
+}

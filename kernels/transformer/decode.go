@@ -213,20 +213,15 @@ func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, attend f
 	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	inv := make([]F, T)
 	qInv, kInv := make([]F, T*c.Heads), make([]F, T*c.KVHeads) // Qwen3 head-norm factors
-	lu := make([]F, T*maxRank(gs))
+	lu := make([]F, 3*T*maxRank(gs))                           // up to three projections read one input
 	var l int
-	mod := func(mod lora.Module) func(*Frozen[F]) term[F] {
-		return func(z *Frozen[F]) term[F] { return z.term(l, mod) }
-	}
-	linear := func(y, x []F, in, out int, w weight[F], b []F, mm lora.Module) {
-		linearRows(y, x, T, in, out, w, b, gs, 0, mod(mm), lu)
-	}
+	termOf := func(z *Frozen[F], mod lora.Module) term[F] { return z.term(l, mod) }
+	linear := func(x []F, in int, ps ...proj[F]) { linearRows(x, T, in, ps, gs, 0, termOf, lu) }
 	for l = 0; l < c.Layers; l++ {
 		w, pw := &m.W.Layers[l], &m.proj[l]
 		ops.RMSNorm(s.h, inv, s.x, w.AttnNorm, T, D, c.RMSEps)
-		linear(s.q, s.h, D, Q, pw[lora.Q], w.Bq, lora.Q)
-		linear(s.k, s.h, D, KV, pw[lora.K], w.Bk, lora.K)
-		linear(s.v, s.h, D, KV, pw[lora.V], w.Bv, lora.V)
+		linear(s.h, D, proj[F]{s.q, Q, pw[lora.Q], w.Bq, lora.Q}, proj[F]{s.k, KV, pw[lora.K], w.Bk, lora.K},
+			proj[F]{s.v, KV, pw[lora.V], w.Bv, lora.V})
 		if c.QKNorm {
 			ops.HeadNorm(s.q, s.attn, qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 			ops.HeadNorm(s.k, s.attn, kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
@@ -235,15 +230,14 @@ func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, attend f
 		s.rope.Rope(s.k, T, c.KVHeads)
 		attend(l)
 		o := s.h // the normed input is dead now; reuse it for o_proj
-		linear(o, s.attn, Q, D, pw[lora.O], w.Bo, lora.O)
+		linear(s.attn, Q, proj[F]{o, D, pw[lora.O], w.Bo, lora.O})
 		for i := range o {
 			s.x[i] += o[i]
 		}
 		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
-		linear(s.g, s.h, D, I, pw[lora.Gate], nil, lora.Gate)
-		linear(s.u, s.h, D, I, pw[lora.Up], nil, lora.Up)
+		linear(s.h, D, proj[F]{s.g, I, pw[lora.Gate], nil, lora.Gate}, proj[F]{s.u, I, pw[lora.Up], nil, lora.Up})
 		ops.SwiGLU(s.g, s.g, s.u)
-		linear(s.h, s.g, I, D, pw[lora.Down], nil, lora.Down)
+		linear(s.g, I, proj[F]{s.h, D, pw[lora.Down], nil, lora.Down})
 		for i := range s.h {
 			s.x[i] += s.h[i]
 		}

@@ -53,12 +53,12 @@ func (m *Model[F]) Logits(z *Frozen[F], hidden []F, T int, ar *Arena[F], fn func
 // base product once for all rows, each adapter's term on its own rows.
 func (m *Model[F]) LogitsRows(zs []*Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
 	gs := groupRows(zs)
-	head := func(z *Frozen[F]) term[F] { return z.lmHead() }
+	head := func(z *Frozen[F], _ lora.Module) term[F] { return z.lmHead() }
 	m.headPass(term[F]{}, nil, maxRank(gs), hidden, T, nil, ar, func(t int, row []F) bool {
 		fn(t, row)
 		return false
 	}, func(y, x []F, t0, n int, u []F) {
-		linearRows(y, x, n, m.W.Cfg.Hidden, m.W.Cfg.Vocab, m.head, nil, gs, t0, head, u)
+		linearRows(x, n, m.W.Cfg.Hidden, []proj[F]{{y: y, out: m.W.Cfg.Vocab, w: m.head}}, gs, t0, head, u)
 	})
 }
 

@@ -56,19 +56,51 @@ func (w weight[F]) mul(y, x []F, T, in, out int, alpha, beta F) {
 // u: [T, r] receives x·Aᵀ for the backward pass (unused for the zero term).
 func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, lt term[F], u []F) {
 	w.mul(y, x, T, in, out, 1, 0)
-	if b != nil {
-		for t := 0; t < T; t++ {
-			row := y[t*out : (t+1)*out]
-			for j := range row {
-				row[j] += b[j]
-			}
-		}
-	}
+	addBias(y, b, T, out)
 	if lt.a.W != nil {
 		r := len(lt.a.W) / in
 		lt.a.mul(u, x, T, in, r, 1, 0)
 		lt.b.mul(y, u, T, r, out, lt.s, 1)
 	}
+}
+
+// addBias adds b [out] (nil: nothing) to each row of y [T, out].
+func addBias[F gemm.Float](y, b []F, T, out int) {
+	if b == nil {
+		return
+	}
+	for t := 0; t < T; t++ {
+		row := y[t*out : (t+1)*out]
+		for j := range row {
+			row[j] += b[j]
+		}
+	}
+}
+
+// mulOp is one y = alpha·x·Wᵀ + beta·y (x [m, in], y [m, out]) for mulAll.
+type mulOp[F gemm.Float] struct {
+	w           weight[F]
+	m, in, out  int
+	alpha, beta F
+	x, y        []F
+}
+
+// mulAll runs ops, which must not write what another reads: in one
+// parallel region when every weight is packed (float32 inference), one
+// after another otherwise (the float64 reference path).
+func mulAll[F gemm.Float](ops []mulOp[F]) {
+	ps := make([]gemm.Product, 0, len(ops))
+	for _, o := range ops {
+		if o.w.packed == nil {
+			for _, o := range ops {
+				o.w.mul(o.y, o.x, o.m, o.in, o.out, o.alpha, o.beta)
+			}
+			return
+		}
+		ps = append(ps, gemm.Product{B: o.w.packed, M: o.m, Alpha: any(o.alpha).(float32), A: any(o.x).([]float32), Lda: o.in,
+			Beta: any(o.beta).(float32), C: any(o.y).([]float32), Ldc: o.out})
+	}
+	gemm.MulAll(ps)
 }
 
 // rowGroup gives rows [lo, hi) of a batch their adapter (nil: the base
@@ -103,22 +135,46 @@ func maxRank[F gemm.Float](gs []rowGroup[F]) int {
 	return r
 }
 
-// linearRows is linear over rows whose LoRA terms differ by group: the base
-// product (and bias) for all T rows at once, then each group's term, taken
-// from its adapter by termOf, on that group's rows among [t0, t0+T).
-// x: [T, in]; y: [T, out]; u: scratch of at least T·maxRank.
-func linearRows[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, gs []rowGroup[F], t0 int, termOf func(*Frozen[F]) term[F], u []F) {
-	linear(y, x, T, in, out, w, b, term[F]{}, nil)
-	for _, g := range gs {
-		lo, hi := max(g.lo, t0)-t0, min(g.hi, t0+T)-t0
-		lt := termOf(g.z)
-		if lo >= hi || lt.a.W == nil {
-			continue
+// proj is one projection of a set that reads the same input: y [T, out] =
+// x·Wᵀ + b plus module mod's LoRA term.
+type proj[F gemm.Float] struct {
+	y   []F
+	out int
+	w   weight[F]
+	b   []F
+	mod lora.Module
+}
+
+// linearRows computes the projections ps of x [T, in] over rows whose LoRA
+// terms differ by group: the base products for all T rows at once, then
+// each group's term, taken from its adapter by termOf, on that group's rows
+// among [t0, t0+T). The projections' base products and the terms' x·Aᵀ run
+// as one set of products, then the terms' u·Bᵀ as another: a decode step's
+// q, k and v (or gate and up) take two parallel regions instead of eight.
+// u: scratch of at least len(ps)·T·maxRank.
+func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*Frozen[F], lora.Module) term[F], u []F) {
+	first := make([]mulOp[F], 0, 2*len(ps))
+	var second []mulOp[F]
+	for _, p := range ps {
+		first = append(first, mulOp[F]{w: p.w, m: T, in: in, out: p.out, alpha: 1, x: x, y: p.y})
+		for _, g := range gs {
+			lo, hi := max(g.lo, t0)-t0, min(g.hi, t0+T)-t0
+			lt := termOf(g.z, p.mod)
+			if lo >= hi || lt.a.W == nil {
+				continue
+			}
+			n, r := hi-lo, len(lt.a.W)/in
+			ug := u[:n*r]
+			u = u[n*r:]
+			first = append(first, mulOp[F]{w: lt.a, m: n, in: in, out: r, alpha: 1, x: x[lo*in : hi*in], y: ug})
+			second = append(second, mulOp[F]{w: lt.b, m: n, in: r, out: p.out, alpha: lt.s, beta: 1, x: ug, y: p.y[lo*p.out : hi*p.out]})
 		}
-		n, r := hi-lo, len(lt.a.W)/in
-		lt.a.mul(u[:n*r], x[lo*in:hi*in], n, in, r, 1, 0)
-		lt.b.mul(y[lo*out:hi*out], u[:n*r], n, r, out, lt.s, 1)
 	}
+	mulAll(first)
+	for _, p := range ps {
+		addBias(p.y, p.b, T, p.out)
+	}
+	mulAll(second)
 }
 
 // linearBackward adds dL/dx into dx (skipped when dx is nil) and, when the
