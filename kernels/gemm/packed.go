@@ -119,7 +119,7 @@ func mulFew(ps []Product) {
 		pl := newRowsPlan(pr)
 		plans = append(plans, pl)
 		units += pl.panels
-		work += pl.panels * nr * pr.M * k
+		work += pl.panels * nr * max(pr.M, streamRows) * k
 	}
 	if units == 0 {
 		return
@@ -252,6 +252,12 @@ func (pl *rowsPlan) tilePanels(lo, hi int) {
 		}
 	}
 }
+
+// streamRows is the row count below which a product's cost is its weight's
+// bytes, not its multiply-adds: a weight element streaming from memory costs
+// one core about what this many multiply-adds on cached data do, so LoRA's
+// thin u·Bᵀ (k = r) in one-stream decode is worth both cores after all.
+const streamRows = 8
 
 // packedGemvM is the row count below which products walk the panels with a
 // one-row kernel: the 6-row micro-kernel would compute mostly padding.
