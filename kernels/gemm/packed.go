@@ -1,6 +1,10 @@
 package gemm
 
-import "github.com/wts-project/wts/kernels/par"
+import (
+	"sync"
+
+	"github.com/wts-project/wts/kernels/par"
+)
 
 // Packed is a frozen matrix B [K, N] stored once in the micro-kernel's
 // B-panel layout, for products C = op(A)·B. A linear layer's weight W
@@ -90,22 +94,23 @@ type Product struct {
 // panel had one core read it while the other waited, and every region's
 // start and ragged end cost its helpers' time again.
 func MulAll(ps []Product) {
-	var few []Product
 	for _, pr := range ps {
-		if pr.M > mc {
-			pr.B.mulBlocked(pr.TransA, pr.M, pr.Alpha, pr.A, pr.Lda, pr.Beta, pr.C, pr.Ldc)
-			continue
+		if pr.M > mc { // a prompt's rows: each product fills the cores alone
+			for _, pr := range ps {
+				pr.B.Mul(pr.TransA, pr.M, pr.Alpha, pr.A, pr.Lda, pr.Beta, pr.C, pr.Ldc)
+			}
+			return
 		}
-		few = append(few, pr)
 	}
-	mulFew(few)
+	mulFew(ps)
 }
 
 // mulFew runs products of at most mc rows each in one parallel region,
 // each worker taking a share of every product's column panels.
 func mulFew(ps []Product) {
-	var buf [8]rowsPlan
-	plans := buf[:0]
+	pp := planPool.Get().(*[]rowsPlan)
+	defer planPool.Put(pp)
+	plans := (*pp)[:0]
 	units, work := 0, 0
 	for _, pr := range ps {
 		n, k := pr.B.N, pr.B.K
@@ -145,7 +150,13 @@ func mulFew(ps []Product) {
 	for i := range plans {
 		plans[i].release()
 	}
+	clear(plans) // drop the references to A and C
+	*pp = plans
 }
+
+// planPool recycles mulFew's plans: a decode step makes dozens of regions,
+// and allocating their plans was a few percent of a one-stream step.
+var planPool = sync.Pool{New: func() any { return new([]rowsPlan) }}
 
 // rowsPlan is one few-rows product made ready to run panel by panel: alpha
 // folded into a copy of A when it is not 1, and for the tile kernels the

@@ -89,7 +89,8 @@ type mulOp[F gemm.Float] struct {
 // parallel region when every weight is packed (float32 inference), one
 // after another otherwise (the float64 reference path).
 func mulAll[F gemm.Float](ops []mulOp[F]) {
-	ps := make([]gemm.Product, 0, len(ops))
+	var buf [8]gemm.Product
+	ps := buf[:0]
 	for _, o := range ops {
 		if o.w.packed == nil {
 			for _, o := range ops {
@@ -153,8 +154,8 @@ type proj[F gemm.Float] struct {
 // q, k and v (or gate and up) take two parallel regions instead of eight.
 // u: scratch of at least len(ps)·T·maxRank.
 func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*Frozen[F], lora.Module) term[F], u []F) {
-	first := make([]mulOp[F], 0, 2*len(ps))
-	var second []mulOp[F]
+	var buf1, buf2 [8]mulOp[F]
+	first, second := buf1[:0], buf2[:0]
 	for _, p := range ps {
 		first = append(first, mulOp[F]{w: p.w, m: T, in: in, out: p.out, alpha: 1, x: x, y: p.y})
 		for _, g := range gs {
