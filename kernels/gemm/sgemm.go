@@ -412,35 +412,43 @@ func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, 
 		}
 		rows, lda = buf, k
 	}
-	loop((n+3)/4, par.MinChunk(4*m*k, 16), func(lo, hi int) {
-		var out [4]float32
-		var out2 [8]float32
-		for q := lo; q < hi; q++ {
-			j0 := q * 4
-			i := 0
-			// Pairs of rows share each weight load (decode batches).
-			for ; j0+4 <= n && i+2 <= m; i += 2 {
-				dot4x2(rows[i*lda:i*lda+k], rows[(i+1)*lda:(i+1)*lda+k], b[j0*ldb:], ldb, &out2)
-				c0, c1 := c[i*ldc:], c[(i+1)*ldc:]
-				for t := 0; t < 4; t++ {
-					c0[j0+t] += alpha * out2[t]
-					c1[j0+t] += alpha * out2[4+t]
-				}
-			}
-			for ; i < m; i++ {
-				x := rows[i*lda : i*lda+k]
-				crow := c[i*ldc:]
-				if j0+4 <= n {
-					dot4(x, b[j0*ldb:], ldb, &out)
-					for t := 0; t < 4; t++ {
-						crow[j0+t] += alpha * out[t]
-					}
-					continue
-				}
-				for j := j0; j < n; j++ {
-					crow[j] += alpha * dot(x, b[j*ldb:j*ldb+k])
-				}
+	quads, chunk := (n+3)/4, par.MinChunk(4*m*k, 16)
+	if quads < 2*chunk { // one core's work (decode attention's scores): no closure to allocate
+		smallQuads(0, quads, m, n, k, alpha, rows, lda, b, ldb, c, ldc)
+		return
+	}
+	loop(quads, chunk, func(lo, hi int) { smallQuads(lo, hi, m, n, k, alpha, rows, lda, b, ldb, c, ldc) })
+}
+
+// smallQuads computes smallGemm's output columns [4·lo, 4·hi).
+func smallQuads(lo, hi, m, n, k int, alpha float32, rows []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	var out [4]float32
+	var out2 [8]float32
+	for q := lo; q < hi; q++ {
+		j0 := q * 4
+		i := 0
+		// Pairs of rows share each weight load (decode batches).
+		for ; j0+4 <= n && i+2 <= m; i += 2 {
+			dot4x2(rows[i*lda:i*lda+k], rows[(i+1)*lda:(i+1)*lda+k], b[j0*ldb:], ldb, &out2)
+			c0, c1 := c[i*ldc:], c[(i+1)*ldc:]
+			for t := 0; t < 4; t++ {
+				c0[j0+t] += alpha * out2[t]
+				c1[j0+t] += alpha * out2[4+t]
 			}
 		}
-	})
+		for ; i < m; i++ {
+			x := rows[i*lda : i*lda+k]
+			crow := c[i*ldc:]
+			if j0+4 <= n {
+				dot4(x, b[j0*ldb:], ldb, &out)
+				for t := 0; t < 4; t++ {
+					crow[j0+t] += alpha * out[t]
+				}
+				continue
+			}
+			for j := j0; j < n; j++ {
+				crow[j] += alpha * dot(x, b[j*ldb:j*ldb+k])
+			}
+		}
+	}
 }

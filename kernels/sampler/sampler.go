@@ -250,11 +250,11 @@ func Step(streams []*Stream, ar *transformer.Arena[float32]) error {
 		return nil
 	}
 	m := streams[0].m
-	h, err := m.DecodeRows(zs, caches, feed)
+	ar.Reset() // the last step's buffers are dead
+	h, err := m.DecodeRows(zs, caches, feed, ar)
 	if err != nil {
 		return err
 	}
-	ar.Reset()
 	m.LogitsRows(zs, h, len(rows), ar, func(b int, logits []float32) {
 		rows[b].s.draw(rows[b].i, logits)
 	})

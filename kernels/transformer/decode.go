@@ -167,13 +167,13 @@ func (m *Model[F]) ExtendRows(zs []*Frozen[F], caches []*Cache[F], prompts [][]i
 		start[k+1] = len(tokens)
 	}
 	D, Q, KV, H, hd := cfg.Hidden, cfg.QDim(), cfg.KVDim(), cfg.Heads, cfg.HeadDim
-	s := m.newStep(tokens, pos)
+	s := m.newStep(tokens, pos, nil)
 	hidden := make([]F, len(tokens)*D)
 	lse := make([]F, prefillChunk*H)
 	for k, i := range batch {
 		m.grow(caches[i], start[k+1]-start[k])
 	}
-	m.cachedForward(groupRows(rowZ), s, hidden, func(l int) {
+	m.cachedForward(groupRows(rowZ), s, hidden, nil, func(l int) {
 		for k, i := range batch {
 			lo, hi, c := start[k], start[k+1], caches[i]
 			c.put(l, s.k[lo*KV:hi*KV], s.v[lo*KV:hi*KV], hi-lo, cfg.KVHeads, hd)
@@ -194,11 +194,11 @@ type step[F gemm.Float] struct {
 	rope                      *ops.RopeTable[F]
 }
 
-func (m *Model[F]) newStep(tokens, pos []int) *step[F] {
+func (m *Model[F]) newStep(tokens, pos []int, ar *Arena[F]) *step[F] {
 	c := m.W.Cfg
 	T, D, Q, KV, I := len(tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
-	s := &step[F]{x: make([]F, T*D), h: make([]F, T*D), q: make([]F, T*Q), k: make([]F, T*KV), v: make([]F, T*KV),
-		attn: make([]F, T*Q), g: make([]F, T*I), u: make([]F, T*I), rope: ops.NewRopeTable[F](m.invFreq, pos)}
+	s := &step[F]{x: ar.Alloc(T * D), h: ar.Alloc(T * D), q: ar.Alloc(T * Q), k: ar.Alloc(T * KV), v: ar.Alloc(T * KV),
+		attn: ar.Alloc(T * Q), g: ar.Alloc(T * I), u: ar.Alloc(T * I), rope: ops.NewRopeTable[F](m.invFreq, pos)}
 	for t, tok := range tokens {
 		copy(s.x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
 	}
@@ -207,13 +207,14 @@ func (m *Model[F]) newStep(tokens, pos []int) *step[F] {
 
 // cachedForward runs every layer over the rows of s, with attend filling
 // s.attn for layer l once s.k and s.v hold the new keys and values. It leaves
-// the final normed hidden states in out.
-func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, attend func(l int)) {
+// the final normed hidden states in out. Its scratch comes from ar (nil
+// allocates).
+func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, ar *Arena[F], attend func(l int)) {
 	c := m.W.Cfg
 	T, D, Q, KV, I := len(s.x)/c.Hidden, c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
-	inv := make([]F, T)
-	qInv, kInv := make([]F, T*c.Heads), make([]F, T*c.KVHeads) // Qwen3 head-norm factors
-	lu := make([]F, 3*T*maxRank(gs))                           // up to three projections read one input
+	inv := ar.Alloc(T)
+	qInv, kInv := ar.Alloc(T*c.Heads), ar.Alloc(T*c.KVHeads) // Qwen3 head-norm factors
+	lu := ar.Alloc(3 * T * maxRank(gs))                      // up to three projections read one input
 	var l int
 	termOf := func(z *Frozen[F], mod lora.Module) term[F] { return z.term(l, mod) }
 	linear := func(x []F, in int, ps ...proj[F]) { linearRows(x, T, in, ps, gs, 0, termOf, lu) }
@@ -252,9 +253,9 @@ func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F)
 	for i := range pos {
 		pos[i] = c.n + i
 	}
-	s := m.newStep(tokens, pos)
+	s := m.newStep(tokens, pos, nil)
 	lse := make([]F, T*cfg.Heads)
-	m.cachedForward([]rowGroup[F]{{z, 0, T}}, s, out, func(l int) {
+	m.cachedForward([]rowGroup[F]{{z, 0, T}}, s, out, nil, func(l int) {
 		c.put(l, s.k, s.v, T, cfg.KVHeads, hd)
 		ops.Attention(s.attn, lse, s.q, c.k[l], c.v[l], T, c.n+T, cfg.Heads, cfg.KVHeads, hd, c.layout(hd))
 	})
@@ -269,14 +270,16 @@ func (m *Model[F]) Decode(z *Frozen[F], caches []*Cache[F], tokens []int) ([]F, 
 	for i := range zs {
 		zs[i] = z
 	}
-	return m.DecodeRows(zs, caches, tokens)
+	return m.DecodeRows(zs, caches, tokens, nil)
 }
 
 // DecodeRows is Decode where row b samples from adapter zs[b] (nil: the
 // base model): sequences of several samplers over one base model decode in
 // one pass, every base product once for all rows and each adapter's LoRA
-// terms on its own (consecutive) rows.
-func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int) ([]F, error) {
+// terms on its own (consecutive) rows. The step's scratch and the hidden
+// states it returns come from ar (nil allocates): a step allocated a third of
+// a megabyte for 16 rows of the small model, every step.
+func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int, ar *Arena[F]) ([]F, error) {
 	cfg := m.W.Cfg
 	B, KV, hd := len(caches), cfg.KVDim(), cfg.HeadDim
 	pos := make([]int, B)
@@ -292,9 +295,9 @@ func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int)
 	for _, c := range caches {
 		m.grow(c, c.n+1)
 	}
-	s := m.newStep(tokens, pos)
-	out := make([]F, B*cfg.Hidden)
-	m.cachedForward(groupRows(zs), s, out, func(l int) {
+	s := m.newStep(tokens, pos, ar)
+	out := ar.Alloc(B * cfg.Hidden)
+	m.cachedForward(groupRows(zs), s, out, ar, func(l int) {
 		for b, c := range caches {
 			c.put(l, s.k[b*KV:(b+1)*KV], s.v[b*KV:(b+1)*KV], 1, cfg.KVHeads, hd)
 		}
