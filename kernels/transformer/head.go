@@ -82,7 +82,7 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 			for i := lo; i < hi; i++ {
 				row := logits[i*V : (i+1)*V]
 				want[i] = fn(t0+i, row)
-				if !want[i] {
+				if !want[i] && dHidden != nil { // no gradient: zero in the backward product
 					clear(row)
 				}
 			}
