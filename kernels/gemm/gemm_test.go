@@ -323,6 +323,46 @@ func TestPackedMatchesRef(t *testing.T) {
 	}
 }
 
+// MulAll's products, run in one region with each worker taking a share of
+// every one, give what Ref gives for each: sets that mix one-row and tile
+// products, panel counts that do not split evenly into gemv's groups of
+// four, alpha and beta other than 1 and 0, and a set with a prompt's rows
+// (run one by one).
+func TestMulAllMatchesRef(t *testing.T) {
+	r := rng.New(9)
+	sets := [][][3]int{ // per product: m, n, k (one k per set: they read one input)
+		{{1, 512, 300}, {1, 256, 300}, {1, 16, 300}, {1, 17, 300}},
+		{{16, 520, 260}, {16, 16, 260}, {3, 16, 260}, {5, 100, 260}},
+		{{2, 33, 16}, {16, 70, 16}},
+		{{120, 40, 64}, {4, 40, 64}},
+	}
+	for si, set := range sets {
+		var ps []Product
+		var want [][]float32
+		for pi, sh := range set {
+			m, n, k := sh[0], sh[1], sh[2]
+			alpha, beta := float32(1), float32(0)
+			if pi%2 == 1 {
+				alpha, beta = 0.5, 1
+			}
+			a, w := randSlice(r, m*(k+1)), randSlice(r, n*k)
+			c := randSlice(r, m*(n+3))
+			exp := append([]float32(nil), c...)
+			Ref(false, true, m, n, k, alpha, a, k+1, w, k, beta, exp, n+3)
+			ps = append(ps, Product{B: PackT(w, n, k, k), M: m, Alpha: alpha, A: a, Lda: k + 1, Beta: beta, C: c, Ldc: n + 3})
+			want = append(want, exp)
+		}
+		MulAll(ps)
+		for pi, pr := range ps {
+			for i := range pr.C {
+				if math.Abs(float64(pr.C[i]-want[pi][i])) > 1e-5*float64(pr.B.K+1) {
+					t.Fatalf("set %d product %d: [%d] %v vs %v", si, pi, i, pr.C[i], want[pi][i])
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkPackedCold is a decode step's products: m rows (one per sequence)
 // against a model-sized set of packed [n,k] weights, far larger than the
 // caches, so each weight streams from memory once per pass.

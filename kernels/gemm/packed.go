@@ -88,11 +88,11 @@ type Product struct {
 }
 
 // MulAll computes every product of ps; they must not write where another
-// reads. The products of few rows (decoding) run in one parallel region. A decode step's projections come in sets that read one
-// input (q, k and v with the LoRA down-projections beside them; gate and up
-// with theirs): run one region each, a LoRA down-projection of a single
-// panel had one core read it while the other waited, and every region's
-// start and ragged end cost its helpers' time again.
+// reads. Products of few rows (decoding) run in one parallel region: a
+// decode step's projections come in sets that read one input (q, k and v
+// with their LoRA x·Aᵀ; gate and up with theirs), and run one by one, a
+// LoRA x·Aᵀ of a single panel had one core read it while the other waited,
+// and every region's start and ragged end cost the helpers' time again.
 func MulAll(ps []Product) {
 	for _, pr := range ps {
 		if pr.M > mc { // a prompt's rows: each product fills the cores alone
@@ -239,8 +239,8 @@ func (pl *rowsPlan) run(lo, hi int) {
 // streams, which draw more bandwidth than one. A is read where it lies, so
 // nothing is packed while the workers wait (packing 16 rows serially was a
 // seventh of a batched decode step); only rows after the last whole tile,
-// when they are not a 4-row tile, were packed (zero-padded), so that no
-// kernel reads past A.
+// when they are not a 4-row tile, are packed (zero-padded, by newRowsPlan),
+// so that no kernel reads past A.
 func (pl *rowsPlan) tilePanels(lo, hi int) {
 	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
 	for q := lo; q < hi; q++ {
