@@ -45,9 +45,9 @@ func softmaxCausal[F Float](row []F, valid int) float64 {
 	return l
 }
 
-// AttentionBackward adds the gradients of Attention's inputs into dq, dk, dv
-// given dout. Work is split by kv head so that the query heads sharing a kv
-// head accumulate into dk and dv on one goroutine.
+// AttentionBackward sets dq, dk, dv to the gradients of Attention's inputs
+// given dout (they need no clearing). Work is split by kv head so that the
+// query heads sharing a kv head accumulate into dk and dv on one goroutine.
 func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, Hq, Hkv, hd int) {
 	Q, KV, group := Hq*hd, Hkv*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
@@ -56,6 +56,10 @@ func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, H
 		dp := make([]F, T*S) // [T, S] their gradient, then the scores' gradient
 		for g := lo; g < hi; g++ {
 			for h := g * group; h < (g+1)*group; h++ {
+				var acc F // dk and dv: the group's first head sets them, the others add
+				if h > g*group {
+					acc = 1
+				}
 				gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*hd:], KV, 0, p, S)
 				for t := 0; t < T; t++ {
 					row, valid := p[t*S:(t+1)*S], S-T+t+1
@@ -63,7 +67,7 @@ func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, H
 					clear(row[valid:])
 				}
 				// dv += Pᵀ·dout; dP = dout·vᵀ
-				gemm.Serial(true, false, S, hd, T, 1, p, S, dout[h*hd:], Q, 1, dv[g*hd:], KV)
+				gemm.Serial(true, false, S, hd, T, 1, p, S, dout[h*hd:], Q, acc, dv[g*hd:], KV)
 				gemm.Serial(false, true, T, S, hd, 1, dout[h*hd:], Q, v[g*hd:], KV, 0, dp, S)
 				// dS = P ⊙ (dP − rowsum(P ⊙ dP)); that row sum equals dout·out.
 				for t := 0; t < T; t++ {
@@ -77,9 +81,9 @@ func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, H
 						dr[s] = pr[s] * (dr[s] - d)
 					}
 				}
-				// dq += scale·dS·k; dk += scale·dSᵀ·q
-				gemm.Serial(false, false, T, hd, S, scale, dp, S, k[g*hd:], KV, 1, dq[h*hd:], Q)
-				gemm.Serial(true, false, S, hd, T, scale, dp, S, q[h*hd:], Q, 1, dk[g*hd:], KV)
+				// dq = scale·dS·k; dk += scale·dSᵀ·q
+				gemm.Serial(false, false, T, hd, S, scale, dp, S, k[g*hd:], KV, 0, dq[h*hd:], Q)
+				gemm.Serial(true, false, S, hd, T, scale, dp, S, q[h*hd:], Q, acc, dk[g*hd:], KV)
 			}
 		}
 	})

@@ -101,13 +101,14 @@ func SwiGLU[F Float](a, g, u []F) {
 	})
 }
 
-// SwiGLUBackward adds into dg and du given da.
+// SwiGLUBackward sets dg and du given da (each gate and up value feeds one
+// activation only, so nothing is accumulated and they need no clearing).
 func SwiGLUBackward[F Float](dg, du, da, g, u []F) {
 	withSigmoid(g, func(lo, hi int, sb []F) {
 		for i := lo; i < hi; i++ {
 			s := sb[i-lo]
-			du[i] += da[i] * g[i] * s
-			dg[i] += da[i] * u[i] * s * (1 + g[i]*(1-s))
+			du[i] = da[i] * g[i] * s
+			dg[i] = da[i] * u[i] * s * (1 + g[i]*(1-s))
 		}
 	})
 }

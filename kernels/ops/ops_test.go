@@ -142,7 +142,7 @@ func TestAttention(t *testing.T) {
 		lse64, out64 := make([]float64, c.Hq*c.T), make([]float64, len(want))
 		Attention(out64, lse64, q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd, KVLayout{Row: c.Hkv * c.hd, Head: c.hd})
 		cw := rand64(r, len(want))
-		dq, dk, dv := make([]float64, len(q)), make([]float64, len(k)), make([]float64, len(v))
+		dq, dk, dv := nans(len(q)), nans(len(k)), nans(len(v)) // it must write every element
 		AttentionBackward(dq, dk, dv, cw, q, k, v, out64, lse64, c.T, c.S, c.Hq, c.Hkv, c.hd)
 		run := func(q, k, v []float64) []float64 { return RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd) }
 		fdCheck(t, "attention dq", q, func(x []float64) []float64 { return run(x, k, v) }, cw, dq)
@@ -164,6 +164,15 @@ func FuzzAttention(f *testing.F) {
 		Attention(out, lse, to32(q), to32(k), to32(v), c.T, c.S, c.Hq, c.Hkv, c.hd, KVLayout{Row: c.Hkv * c.hd, Head: c.hd})
 		closeTo(t, "attention", out, want, 1e-5)
 	})
+}
+
+// nans is a buffer of NaN, for outputs that must be written in full.
+func nans(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
 }
 
 // headMajor copies x [S, H·hd] into [H][S+3][hd] (three positions of
@@ -190,7 +199,7 @@ func TestSwiGLU(t *testing.T) {
 	closeTo(t, "swiglu", a, want, 1e-6)
 
 	c := rand64(r, 50)
-	dg, du := make([]float64, 50), make([]float64, 50)
+	dg, du := nans(50), nans(50) // it must write every element
 	SwiGLUBackward(dg, du, c, g, u)
 	fdCheck(t, "swiglu dg", g, func(x []float64) []float64 { return RefSwiGLU(x, u) }, c, dg)
 	fdCheck(t, "swiglu du", u, func(x []float64) []float64 { return RefSwiGLU(g, x) }, c, du)

@@ -95,7 +95,7 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 			any = any || w
 		}
 		if any {
-			linearBackward(dHidden[t0*D:(t0+n)*D], logits[:n*V], h, n, D, V, m.head, lt, gp, u[:n*max(r, 1)], ar)
+			linearBackward(dHidden[t0*D:(t0+n)*D], 1, logits[:n*V], h, n, D, V, m.head, lt, gp, u[:n*max(r, 1)], ar)
 		}
 	}
 }

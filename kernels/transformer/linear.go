@@ -178,27 +178,29 @@ func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], 
 	mulAll(second)
 }
 
-// linearBackward adds dL/dx into dx (skipped when dx is nil) and, when the
-// module has a LoRA term, dL/dA and dL/dB into gp. W and b are frozen.
+// linearBackward sets dx to beta·dx + dL/dx (skipped when dx is nil; beta
+// 0 for the first of the projections that read one input, whose dx then
+// needs no clearing, 1 for the others) and, when the module has a LoRA
+// term, adds dL/dA and dL/dB into gp. W and b are frozen.
 //
 //	dB += s·dyᵀ·u    [out, r]
 //	du  = s·dy·B     [T, r]
 //	dA += duᵀ·x      [r, in]
-//	dx += dy·W + du·A
-func linearBackward[F gemm.Float](dx, dy, x []F, T, in, out int, w weight[F], lt term[F], gp *lora.Pair[F], u []F, ar *Arena[F]) {
+//	dx  = beta·dx + dy·W + du·A
+func linearBackward[F gemm.Float](dx []F, beta F, dy, x []F, T, in, out int, w weight[F], lt term[F], gp *lora.Pair[F], u []F, ar *Arena[F]) {
 	switch {
 	case dx == nil:
 	case w.grad != nil:
-		w.grad.Mul(false, T, 1, any(dy).([]float32), out, 1, any(dx).([]float32), in)
+		w.grad.Mul(false, T, 1, any(dy).([]float32), out, any(beta).(float32), any(dx).([]float32), in)
 	default:
-		gemm.Gemm(false, false, T, in, out, 1, dy, out, w.W, in, 1, dx, in)
+		gemm.Gemm(false, false, T, in, out, 1, dy, out, w.W, in, beta, dx, in)
 	}
 	if lt.a.W == nil {
 		return
 	}
 	A, B, s := lt.a.W, lt.b.W, lt.s
 	r := len(A) / in
-	du := ar.Alloc(T * r)
+	du := ar.Take(T * r)
 	gemm.Gemm(false, false, T, r, out, s, dy, out, B, r, 0, du, r)
 	if gp != nil {
 		gemm.Gemm(true, false, out, r, T, s, dy, out, u, r, 1, gp.B, r)

@@ -121,7 +121,7 @@ func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activat
 	}
 	act := &Activations[F]{B: b, ar: ar, layers: make([]layerAct[F], c.Layers),
 		rope: ops.NewRopeTable[F](m.invFreq, positions(b))}
-	x := ar.Alloc(T * D)
+	x := ar.Take(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
 	}
@@ -129,8 +129,8 @@ func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activat
 		x = m.layerForward(ad, l, &act.layers[l], act, x)
 	}
 	act.xf = x
-	act.invf = ar.Alloc(T)
-	act.Hidden = ar.Alloc(T * D)
+	act.invf = ar.Take(T)
+	act.Hidden = ar.Take(T * D)
 	ops.RMSNorm(act.Hidden, act.invf, x, m.W.Norm, T, D, c.RMSEps)
 	return act, nil
 }
@@ -146,7 +146,7 @@ func pairOf[F gemm.Float](ad *lora.Adapter[F], l int, mod lora.Module) *lora.Pai
 func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], y, x []F, T, in, out int, b []F) {
 	p := pairOf(ad, l, mod)
 	if p != nil {
-		la.lu[mod] = ar.Alloc(T * ad.Cfg.Rank)
+		la.lu[mod] = ar.Take(T * ad.Cfg.Rank)
 	}
 	linear(y, x, T, in, out, m.proj[l][mod], b, termOf(ad, p), la.lu[mod])
 }
@@ -156,40 +156,40 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	T, D, Q, KV, I := len(act.B.Tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	ar := act.ar
 	la.x = x
-	la.h1, la.inv1 = ar.Alloc(T*D), ar.Alloc(T)
+	la.h1, la.inv1 = ar.Take(T*D), ar.Take(T)
 	ops.RMSNorm(la.h1, la.inv1, x, w.AttnNorm, T, D, c.RMSEps)
 
-	la.q, la.k, la.v = ar.Alloc(T*Q), ar.Alloc(T*KV), ar.Alloc(T*KV)
+	la.q, la.k, la.v = ar.Take(T*Q), ar.Take(T*KV), ar.Take(T*KV)
 	m.project(ad, l, lora.Q, la, ar, la.q, la.h1, T, D, Q, w.Bq)
 	m.project(ad, l, lora.K, la, ar, la.k, la.h1, T, D, KV, w.Bk)
 	m.project(ad, l, lora.V, la, ar, la.v, la.h1, T, D, KV, w.Bv)
 	if c.QKNorm {
-		la.qPre, la.qInv = ar.Alloc(T*Q), ar.Alloc(T*c.Heads)
-		la.kPre, la.kInv = ar.Alloc(T*KV), ar.Alloc(T*c.KVHeads)
+		la.qPre, la.qInv = ar.Take(T*Q), ar.Take(T*c.Heads)
+		la.kPre, la.kInv = ar.Take(T*KV), ar.Take(T*c.KVHeads)
 		ops.HeadNorm(la.q, la.qPre, la.qInv, w.QNorm, T, c.Heads, c.HeadDim, c.RMSEps)
 		ops.HeadNorm(la.k, la.kPre, la.kInv, w.KNorm, T, c.KVHeads, c.HeadDim, c.RMSEps)
 	}
 	act.rope.Rope(la.q, T, c.Heads)
 	act.rope.Rope(la.k, T, c.KVHeads)
 
-	la.attn, la.lse = ar.Alloc(T*Q), ar.Alloc(T*c.Heads)
+	la.attn, la.lse = ar.Take(T*Q), ar.Take(T*c.Heads)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
 		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim, ops.KVLayout{Row: KV, Head: c.HeadDim})
 	}
 
-	la.x2 = ar.Alloc(T * D)
+	la.x2 = ar.Take(T * D)
 	m.project(ad, l, lora.O, la, ar, la.x2, la.attn, T, Q, D, w.Bo)
 	for i := range la.x2 {
 		la.x2[i] += x[i]
 	}
-	la.h2, la.inv2 = ar.Alloc(T*D), ar.Alloc(T)
+	la.h2, la.inv2 = ar.Take(T*D), ar.Take(T)
 	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
-	la.g, la.u, la.a = ar.Alloc(T*I), ar.Alloc(T*I), ar.Alloc(T*I)
+	la.g, la.u, la.a = ar.Take(T*I), ar.Take(T*I), ar.Take(T*I)
 	m.project(ad, l, lora.Gate, la, ar, la.g, la.h2, T, D, I, nil)
 	m.project(ad, l, lora.Up, la, ar, la.u, la.h2, T, D, I, nil)
 	ops.SwiGLU(la.a, la.g, la.u)
-	out := ar.Alloc(T * D)
+	out := ar.Take(T * D)
 	m.project(ad, l, lora.Down, la, ar, out, la.a, T, I, D, nil)
 	for i := range out {
 		out[i] += la.x2[i]
@@ -216,8 +216,8 @@ func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lor
 	return grads.Layers[l][mod]
 }
 
-func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx, dy, x []F, T, in, out int) {
-	linearBackward(dx, dy, x, T, in, out, m.proj[l][mod], termOf(ad, pairOf(ad, l, mod)), gradPair(grads, l, mod), la.lu[mod], ar)
+func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx []F, beta F, dy, x []F, T, in, out int) {
+	linearBackward(dx, beta, dy, x, T, in, out, m.proj[l][mod], termOf(ad, pairOf(ad, l, mod)), gradPair(grads, l, mod), la.lu[mod], ar)
 }
 
 // layerBackward takes dL/d(layer output) and returns dL/d(layer input); the
@@ -230,19 +230,19 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 
 	// out = x2 + down(silu(g)⊙u)
 	dx2 := ar.Clone(dout)
-	da := ar.Alloc(T * I)
-	m.projBackward(ad, grads, l, lora.Down, la, ar, da, dout, la.a, T, I, D)
-	dg, du := ar.Alloc(T*I), ar.Alloc(T*I)
+	da := ar.Take(T * I)
+	m.projBackward(ad, grads, l, lora.Down, la, ar, da, 0, dout, la.a, T, I, D)
+	dg, du := ar.Take(T*I), ar.Take(T*I)
 	ops.SwiGLUBackward(dg, du, da, la.g, la.u)
-	dh2 := ar.Alloc(T * D)
-	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, dg, la.h2, T, D, I)
-	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, du, la.h2, T, D, I)
+	dh2 := ar.Take(T * D)
+	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, 0, dg, la.h2, T, D, I)
+	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, 1, du, la.h2, T, D, I)
 	ops.RMSNormBackward(dx2, dh2, la.x2, w.MLPNorm, la.inv2, T, D)
 
 	// x2 = x + o_proj(attn)
-	dattn := ar.Alloc(T * Q)
-	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, dx2, la.attn, T, Q, D)
-	dq, dk, dv := ar.Alloc(T*Q), ar.Alloc(T*KV), ar.Alloc(T*KV)
+	dattn := ar.Take(T * Q)
+	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, 0, dx2, la.attn, T, Q, D)
+	dq, dk, dv := ar.Take(T*Q), ar.Take(T*KV), ar.Take(T*KV)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
 		ops.AttentionBackward(dq[o*Q:], dk[o*KV:], dv[o*KV:], dattn[o*Q:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:],
@@ -258,11 +258,11 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	}
 	var dh1 []F // only needed to go on to the layer below
 	if needDx {
-		dh1 = ar.Alloc(T * D)
+		dh1 = ar.Take(T * D)
 	}
-	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, dq, la.h1, T, D, Q)
-	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, dk, la.h1, T, D, KV)
-	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, dv, la.h1, T, D, KV)
+	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, 0, dq, la.h1, T, D, Q)
+	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, 1, dk, la.h1, T, D, KV)
+	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, 1, dv, la.h1, T, D, KV)
 	if !needDx {
 		return nil
 	}
