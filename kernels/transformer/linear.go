@@ -7,9 +7,9 @@ import (
 
 // weight is a matrix W [out, in] (row-major) as the products use it. Frozen
 // float32 ones (base projections, a Frozen adapter's pairs) are also packed
-// once as Wᵀ for the forward product and, for the LM head (re-used by every
-// chunk of tokens), as W for the input gradient. Training's LoRA pairs and
-// the float64 reference path have no packed copies.
+// once as Wᵀ for the forward product and, for the base model's, as W for the
+// input gradient (their W is then dropped, see New). Training's LoRA pairs
+// and the float64 reference path have no packed copies.
 type weight[F gemm.Float] struct {
 	W      []F
 	packed *gemm.Packed // B = Wᵀ
@@ -38,6 +38,16 @@ func newWeight[F gemm.Float](W []F, out, in int) weight[F] {
 	w := weight[F]{W: W}
 	if w32, ok := any(W).([]float32); ok {
 		w.packed = gemm.PackT(w32, out, in, in)
+	}
+	return w
+}
+
+// newFrozenWeight wraps a base model's W [out, in]; for float32 it is also
+// packed as W for the input gradient.
+func newFrozenWeight[F gemm.Float](W []F, out, in int) weight[F] {
+	w := newWeight(W, out, in)
+	if w.packed != nil {
+		w.grad = gemm.PackN(any(W).([]float32), out, in, in)
 	}
 	return w
 }

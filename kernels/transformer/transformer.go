@@ -22,27 +22,33 @@ type Model[F gemm.Float] struct {
 	head    weight[F]
 }
 
-// New prepares weights for running. For float32 every projection and the LM
-// head is also packed once for the forward product (see gemm.Packed), and the
-// head once more for its input gradient: memory for the weights roughly
-// doubles, plus one more copy of the head.
+// New prepares weights for running. For float32 every projection and the
+// LM head is packed twice (see gemm.Packed): as Wᵀ for the forward product
+// and as W for the input gradient, which otherwise packed every weight again
+// in every backward pass. The projections' row-major copies are then
+// dropped from w, since nothing reads them after, so the weights' memory
+// about doubles; the head keeps its own, which tied models share with the
+// embeddings.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
-	wrap := newWeight[F]
+	proj := func(W *[]F, out, in int) weight[F] {
+		pw := newFrozenWeight(*W, out, in)
+		if pw.packed != nil {
+			pw.W, *W = nil, nil
+		}
+		return pw
+	}
 	c := w.Cfg
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		m.proj[l] = [lora.NumModules]weight[F]{
-			lora.Q: wrap(L.Wq, c.QDim(), c.Hidden), lora.K: wrap(L.Wk, c.KVDim(), c.Hidden),
-			lora.V: wrap(L.Wv, c.KVDim(), c.Hidden), lora.O: wrap(L.Wo, c.Hidden, c.QDim()),
-			lora.Gate: wrap(L.Wg, c.Intermediate, c.Hidden), lora.Up: wrap(L.Wu, c.Intermediate, c.Hidden),
-			lora.Down: wrap(L.Wd, c.Hidden, c.Intermediate),
+			lora.Q: proj(&L.Wq, c.QDim(), c.Hidden), lora.K: proj(&L.Wk, c.KVDim(), c.Hidden),
+			lora.V: proj(&L.Wv, c.KVDim(), c.Hidden), lora.O: proj(&L.Wo, c.Hidden, c.QDim()),
+			lora.Gate: proj(&L.Wg, c.Intermediate, c.Hidden), lora.Up: proj(&L.Wu, c.Intermediate, c.Hidden),
+			lora.Down: proj(&L.Wd, c.Hidden, c.Intermediate),
 		}
 	}
-	m.head = wrap(w.LMHead, c.Vocab, c.Hidden)
-	if m.head.packed != nil {
-		m.head.grad = gemm.PackN(any(w.LMHead).([]float32), c.Vocab, c.Hidden, c.Hidden)
-	}
+	m.head = newFrozenWeight(w.LMHead, c.Vocab, c.Hidden)
 	return m
 }
 
