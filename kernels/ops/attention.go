@@ -24,17 +24,29 @@ func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayou
 	Q, group := Hq*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
 	par.For(Hq, par.MinChunk(2*T*S*hd, 1), func(lo, hi int) { // q·kᵀ and p·v per head
-		p := make([]F, T*S) // [T, S]
+		p := make([]F, min(T, causalBlock)*S) // [rows, cols] of a block
 		for h := lo; h < hi; h++ {
 			g := h / group
-			gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*kv.Head:], kv.Row, 0, p, S)
-			for t := 0; t < T; t++ {
-				lse[h*T+t] = F(softmaxCausal(p[t*S:(t+1)*S], S-T+t+1))
+			for r0 := 0; r0 < T; r0 += causalBlock {
+				r1 := min(r0+causalBlock, T)
+				rows, cols := r1-r0, S-T+r1
+				pb := p[:rows*cols]
+				gemm.Serial(false, true, rows, cols, hd, scale, q[r0*Q+h*hd:], Q, k[g*kv.Head:], kv.Row, 0, pb, cols)
+				for t := r0; t < r1; t++ {
+					lse[h*T+t] = F(softmaxCausal(pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1))
+				}
+				gemm.Serial(false, false, rows, hd, cols, 1, pb, cols, v[g*kv.Head:], kv.Row, 0, out[r0*Q+h*hd:], Q)
 			}
-			gemm.Serial(false, false, T, hd, S, 1, p, S, v[g*kv.Head:], kv.Row, 0, out[h*hd:], Q)
 		}
 	})
 }
+
+// causalBlock is how many query rows attention takes at a time. A block of
+// rows [r0, r1) sees only the keys before S−T+r1, so working block by block
+// skips most of the masked half of the scores: training's 128×128 causal
+// products do 5/8 of the full work in blocks of 32, a 2,000-token prefill
+// about half.
+const causalBlock = 32
 
 // softmaxCausal turns row[:valid] into probabilities in place, zeroes the
 // masked tail, and returns the log-sum-exp of the valid scores.
@@ -52,38 +64,46 @@ func AttentionBackward[F Float](dq, dk, dv, dout, q, k, v, out, lse []F, T, S, H
 	Q, KV, group := Hq*hd, Hkv*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
 	par.For(Hkv, par.MinChunk(5*group*T*S*hd, 1), func(lo, hi int) { // five products per query head
-		p := make([]F, T*S)  // [T, S] probabilities
-		dp := make([]F, T*S) // [T, S] their gradient, then the scores' gradient
+		n := min(T, causalBlock) * S
+		p := make([]F, n)  // [rows, cols] probabilities of a block of query rows
+		dp := make([]F, n) // [rows, cols] their gradient, then the scores' gradient
 		for g := lo; g < hi; g++ {
+			// dk and dv: the group's first product sets them, the others
+			// add. Blocks run last first, so that first one, which sees
+			// every key, covers all of them.
+			var acc F
 			for h := g * group; h < (g+1)*group; h++ {
-				var acc F // dk and dv: the group's first head sets them, the others add
-				if h > g*group {
+				for r1 := T; r1 > 0; r1 -= causalBlock {
+					r0 := max(0, r1-causalBlock)
+					rows, cols := r1-r0, S-T+r1
+					pb, dpb := p[:rows*cols], dp[:rows*cols]
+					qb, ob := q[r0*Q+h*hd:], dout[r0*Q+h*hd:]
+					gemm.Serial(false, true, rows, cols, hd, scale, qb, Q, k[g*hd:], KV, 0, pb, cols)
+					for t := r0; t < r1; t++ {
+						row, valid := pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1
+						ExpShifted(row[:valid], float64(lse[h*T+t]))
+						clear(row[valid:])
+					}
+					// dv += Pᵀ·dout; dP = dout·vᵀ
+					gemm.Serial(true, false, cols, hd, rows, 1, pb, cols, ob, Q, acc, dv[g*hd:], KV)
+					gemm.Serial(false, true, rows, cols, hd, 1, ob, Q, v[g*hd:], KV, 0, dpb, cols)
+					// dS = P ⊙ (dP − rowsum(P ⊙ dP)); that row sum equals dout·out.
+					for t := r0; t < r1; t++ {
+						var d F
+						do, o := dout[t*Q+h*hd:t*Q+(h+1)*hd], out[t*Q+h*hd:t*Q+(h+1)*hd]
+						for i := range do {
+							d += do[i] * o[i]
+						}
+						pr, dr := pb[(t-r0)*cols:(t-r0+1)*cols], dpb[(t-r0)*cols:(t-r0+1)*cols]
+						for s := range dr {
+							dr[s] = pr[s] * (dr[s] - d)
+						}
+					}
+					// dq = scale·dS·k; dk += scale·dSᵀ·q
+					gemm.Serial(false, false, rows, hd, cols, scale, dpb, cols, k[g*hd:], KV, 0, dq[r0*Q+h*hd:], Q)
+					gemm.Serial(true, false, cols, hd, rows, scale, dpb, cols, qb, Q, acc, dk[g*hd:], KV)
 					acc = 1
 				}
-				gemm.Serial(false, true, T, S, hd, scale, q[h*hd:], Q, k[g*hd:], KV, 0, p, S)
-				for t := 0; t < T; t++ {
-					row, valid := p[t*S:(t+1)*S], S-T+t+1
-					ExpShifted(row[:valid], float64(lse[h*T+t]))
-					clear(row[valid:])
-				}
-				// dv += Pᵀ·dout; dP = dout·vᵀ
-				gemm.Serial(true, false, S, hd, T, 1, p, S, dout[h*hd:], Q, acc, dv[g*hd:], KV)
-				gemm.Serial(false, true, T, S, hd, 1, dout[h*hd:], Q, v[g*hd:], KV, 0, dp, S)
-				// dS = P ⊙ (dP − rowsum(P ⊙ dP)); that row sum equals dout·out.
-				for t := 0; t < T; t++ {
-					var d F
-					do, o := dout[t*Q+h*hd:t*Q+(h+1)*hd], out[t*Q+h*hd:t*Q+(h+1)*hd]
-					for i := range do {
-						d += do[i] * o[i]
-					}
-					pr, dr := p[t*S:(t+1)*S], dp[t*S:(t+1)*S]
-					for s := range dr {
-						dr[s] = pr[s] * (dr[s] - d)
-					}
-				}
-				// dq = scale·dS·k; dk += scale·dSᵀ·q
-				gemm.Serial(false, false, T, hd, S, scale, dp, S, k[g*hd:], KV, 0, dq[h*hd:], Q)
-				gemm.Serial(true, false, S, hd, T, scale, dp, S, q[h*hd:], Q, acc, dk[g*hd:], KV)
 			}
 		}
 	})

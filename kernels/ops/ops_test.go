@@ -125,7 +125,9 @@ func TestLlama3InvFreq(t *testing.T) {
 
 func TestAttention(t *testing.T) {
 	r := rng.New(3)
-	for _, c := range []struct{ T, S, Hq, Hkv, hd int }{{1, 1, 1, 1, 4}, {5, 5, 4, 2, 8}, {3, 7, 4, 1, 6}, {9, 9, 2, 2, 16}} {
+	// T over causalBlock: blocks of query rows, each against its own keys.
+	for _, c := range []struct{ T, S, Hq, Hkv, hd int }{{1, 1, 1, 1, 4}, {5, 5, 4, 2, 8}, {3, 7, 4, 1, 6}, {9, 9, 2, 2, 16},
+		{40, 40, 2, 1, 4}, {37, 50, 2, 2, 4}, {70, 70, 2, 1, 2}} {
 		q, k, v := rand64(r, c.T*c.Hq*c.hd), rand64(r, c.S*c.Hkv*c.hd), rand64(r, c.S*c.Hkv*c.hd)
 		want := RefAttention(q, k, v, c.T, c.S, c.Hq, c.Hkv, c.hd)
 		out, lse := make([]float32, len(want)), make([]float32, c.Hq*c.T)
@@ -154,7 +156,7 @@ func TestAttention(t *testing.T) {
 func FuzzAttention(f *testing.F) {
 	f.Add(uint8(3), uint8(2), uint8(4), uint8(1), uint8(8), uint64(1))
 	f.Fuzz(func(t *testing.T, T, extra, hq, hkv, hd uint8, seed uint64) {
-		c := struct{ T, S, Hq, Hkv, hd int }{int(T%12) + 1, 0, 0, int(hkv%3) + 1, 2 * (int(hd%10) + 1)}
+		c := struct{ T, S, Hq, Hkv, hd int }{int(T%72) + 1, 0, 0, int(hkv%3) + 1, 2 * (int(hd%10) + 1)} // past causalBlock
 		c.S = c.T + int(extra%5)
 		c.Hq = c.Hkv * (int(hq%3) + 1)
 		r := rng.New(seed)
@@ -274,5 +276,31 @@ func BenchmarkExpSlice(b *testing.B) {
 	b.SetBytes(4 * 4096)
 	for i := 0; i < b.N; i++ {
 		ExpSlice(out, xs)
+	}
+}
+
+// BenchmarkAttention is causal attention over one sequence on the small
+// preset's heads (8 query heads, 4 kv heads, head size 64): a training
+// sequence of 128 forward and backward, and a 1,024-token prefill forward.
+func BenchmarkAttention(b *testing.B) {
+	const Hq, Hkv, hd = 8, 4, 64
+	for _, c := range []struct {
+		name     string
+		T        int
+		backward bool
+	}{{"train128", 128, true}, {"prefill1024", 1024, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := rng.New(1)
+			T, Q, KV := c.T, Hq*hd, Hkv*hd
+			q, k, v := to32(rand64(r, T*Q)), to32(rand64(r, T*KV)), to32(rand64(r, T*KV))
+			out, lse, dout := make([]float32, T*Q), make([]float32, Hq*T), to32(rand64(r, T*Q))
+			dq, dk, dv := make([]float32, T*Q), make([]float32, T*KV), make([]float32, T*KV)
+			for i := 0; i < b.N; i++ {
+				Attention(out, lse, q, k, v, T, T, Hq, Hkv, hd, KVLayout{Row: KV, Head: hd})
+				if c.backward {
+					AttentionBackward(dq, dk, dv, dout, q, k, v, out, lse, T, T, Hq, Hkv, hd)
+				}
+			}
+		})
 	}
 }
