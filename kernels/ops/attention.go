@@ -51,8 +51,7 @@ const causalBlock = 32
 // softmaxCausal turns row[:valid] into probabilities in place, zeroes the
 // masked tail, and returns the log-sum-exp of the valid scores.
 func softmaxCausal[F Float](row []F, valid int) float64 {
-	l := LogSumExp(row[:valid])
-	ExpShifted(row[:valid], l)
+	l := Softmax(row[:valid])
 	clear(row[valid:])
 	return l
 }

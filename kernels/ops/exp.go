@@ -48,3 +48,40 @@ func exp32(x float32) float32 {
 	}
 	return math.Float32frombits(math.Float32bits(p) + uint32(n)<<23)
 }
+
+// expShiftSum sets row[i] = e^(row[i] − shift) and returns their sum, taken
+// in float64.
+func expShiftSum[F Float](row []F, shift F) float64 {
+	if r, ok := any(row).([]float32); ok {
+		sh := any(shift).(float32)
+		body, s := expShiftSumBody(r, sh)
+		for i := body; i < len(r); i++ {
+			r[i] = exp32(r[i] - sh)
+			s += float64(r[i])
+		}
+		return s
+	}
+	var s float64
+	for i, v := range row {
+		row[i] = F(math.Exp(float64(v - shift)))
+		s += float64(row[i])
+	}
+	return s
+}
+
+// maxOf is the largest value of a non-empty row. The vector body does not
+// carry NaN through; the exp sums that follow every use of it do.
+func maxOf[F Float](row []F) F {
+	body := 0
+	mx := row[0]
+	if r, ok := any(row).([]float32); ok {
+		var m float32
+		if body, m = maxBody(r); body > 0 {
+			mx = F(m)
+		}
+	}
+	for _, v := range row[body:] {
+		mx = max(mx, v)
+	}
+	return mx
+}

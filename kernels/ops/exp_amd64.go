@@ -24,3 +24,29 @@ func exp32Slice(dst, src []float32) {
 		dst[i] = exp32(src[i])
 	}
 }
+
+//go:noescape
+func expShiftSumAVX(x *float32, n int, shift float32) float64
+
+//go:noescape
+func maxAVX(x *float32, n int) float32
+
+// expShiftSumBody does expShiftSum32's whole multiples of eight and returns
+// how many it did and their sum.
+func expShiftSumBody(x []float32, shift float32) (int, float64) {
+	body := len(x) &^ 7
+	if !expUseAVX || body == 0 {
+		return 0, 0
+	}
+	return body, expShiftSumAVX(&x[0], body, shift)
+}
+
+// maxBody returns the largest of x's whole multiples of 32 values and how
+// many those are.
+func maxBody(x []float32) (int, float32) {
+	body := len(x) &^ 31
+	if !expUseAVX || body == 0 {
+		return 0, 0
+	}
+	return body, maxAVX(&x[0], body)
+}

@@ -7,3 +7,7 @@ func exp32Slice(dst, src []float32) {
 		dst[i] = exp32(x)
 	}
 }
+
+func expShiftSumBody([]float32, float32) (int, float64) { return 0, 0 }
+
+func maxBody([]float32) (int, float32) { return 0, 0 }

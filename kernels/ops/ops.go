@@ -114,26 +114,16 @@ func SwiGLUBackward[F Float](dg, du, da, g, u []F) {
 }
 
 // LogSumExp of a row, stable: max + log Σ exp(x − max), summed in float64.
+// The row is left as it was.
 func LogSumExp[F Float](row []F) float64 {
-	mx := row[0]
-	for _, v := range row[1:] {
-		mx = max(mx, v)
-	}
+	mx := maxOf(row)
 	if math.IsInf(float64(mx), 0) || mx != mx {
 		return float64(mx)
 	}
 	var buf [vecChunk]F
 	var s float64
 	for c := 0; c < len(row); c += vecChunk {
-		chunk := row[c:min(c+vecChunk, len(row))]
-		b := buf[:len(chunk)]
-		for i, v := range chunk {
-			b[i] = v - mx
-		}
-		ExpSlice(b, b)
-		for _, e := range b {
-			s += float64(e)
-		}
+		s += expShiftSum(buf[:copy(buf[:], row[c:])], mx)
 	}
 	return float64(mx) + math.Log(s)
 }
@@ -141,9 +131,25 @@ func LogSumExp[F Float](row []F) float64 {
 // ExpShifted sets row[i] = e^(row[i] − shift) in place: probabilities from
 // logits and their log-sum-exp.
 func ExpShifted[F Float](row []F, shift float64) {
-	sh := F(shift)
+	expShiftSum(row, F(shift))
+}
+
+// ExpFromMax sets row[i] = e^(row[i] − m), m the row's largest value, and
+// returns the row's log-sum-exp (m + log Σ) and that sum: the softmax is
+// row/sum. One pass of exp where LogSumExp then ExpShifted take two.
+func ExpFromMax[F Float](row []F) (lse, sum float64) {
+	mx := maxOf(row)
+	sum = expShiftSum(row, mx)
+	return float64(mx) + math.Log(sum), sum
+}
+
+// Softmax turns row into probabilities in place and returns the
+// log-sum-exp of the values it held.
+func Softmax[F Float](row []F) float64 {
+	lse, sum := ExpFromMax(row)
+	inv := F(1 / sum)
 	for i := range row {
-		row[i] -= sh
+		row[i] *= inv
 	}
-	ExpSlice(row, row)
+	return lse
 }

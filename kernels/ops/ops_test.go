@@ -239,6 +239,59 @@ func TestTinyLlama3CoversAllBands(t *testing.T) {
 
 // ExpSlice (the AVX2 body and the scalar tail) against math.Exp over the
 // whole float32 range, in ulps, plus the edges.
+// The vector max and shifted exp-sum against plain loops, at lengths that
+// end inside and outside their vector bodies, with the max in the tail.
+func TestSoftmaxPieces(t *testing.T) {
+	r := rng.New(11)
+	for _, n := range []int{1, 7, 8, 31, 32, 33, 100, 8192 + 5} {
+		x := to32(rand64(r, n))
+		for i := range x {
+			x[i] *= 40
+		}
+		x[n-1] = 200 // the largest sits past the vector body
+		if got := maxOf(x); got != 200 {
+			t.Fatalf("n=%d: max %v", n, got)
+		}
+		x[n-1] = -200
+		want := x[0]
+		for _, v := range x {
+			want = max(want, v)
+		}
+		if got := maxOf(x); got != want {
+			t.Fatalf("n=%d: max %v, want %v", n, got, want)
+		}
+		shift := want - 3
+		e := append([]float32(nil), x...)
+		sum := expShiftSum(e, shift)
+		var wantSum float64
+		for i, v := range x {
+			w := math.Exp(float64(v - shift))
+			wantSum += w
+			if math.Abs(float64(e[i])-w) > 3e-7*w+1e-37 { // below float32's range: 0
+				t.Fatalf("n=%d: e^(x[%d]-shift) = %v, want %v", n, i, e[i], w)
+			}
+		}
+		if math.Abs(sum-wantSum) > 1e-6*wantSum {
+			t.Fatalf("n=%d: sum %v, want %v", n, sum, wantSum)
+		}
+		p := append([]float32(nil), x...)
+		lse := Softmax(p)
+		if l := LogSumExp(x); math.Abs(l-lse) > 1e-5 {
+			t.Fatalf("n=%d: Softmax's lse %v, LogSumExp %v", n, lse, l)
+		}
+		for i, v := range x {
+			if w := math.Exp(float64(v) - lse); math.Abs(float64(p[i])-w) > 1e-6 {
+				t.Fatalf("n=%d: p[%d] = %v, want %v", n, i, p[i], w)
+			}
+		}
+	}
+	nan := make([]float32, 40)
+	nan[3] = float32(math.NaN()) // inside the vector body, which does not carry it
+	if l := LogSumExp(nan); l == l {
+		t.Fatalf("LogSumExp of a row with NaN = %v", l)
+	}
+}
+
 func TestExpSlice(t *testing.T) {
 	var xs []float32
 	for x := float32(-87.3); x < 88.7; x += 0.0013 {

@@ -357,7 +357,7 @@ func decodeAttention[F gemm.Float](scores, out, q []F, c *Cache[F], l, g, hd int
 	}
 	for h := 0; h < group; h++ {
 		row := scores[h*total : (h+1)*total]
-		ops.ExpShifted(row, ops.LogSumExp(row))
+		ops.Softmax(row)
 	}
 	clear(out)
 	n = 0

@@ -110,13 +110,13 @@ func TargetLogprob[F gemm.Float](row []F, target int) float64 {
 // g = dL/dlogp at that value, and overwrites row with dL/dlogits =
 // g·(onehot − softmax). It returns logp.
 func LogprobGrad[F gemm.Float](row []F, target int, grad func(logp float64) float64) float64 {
-	lse := ops.LogSumExp(row)
-	logp := float64(row[target]) - lse
+	logit := float64(row[target])
+	lse, sum := ops.ExpFromMax(row)
+	logp := logit - lse
 	g := grad(logp)
-	ops.ExpShifted(row, lse)
-	ng := F(-g)
+	c := F(-g / sum) // row holds e^(x − max): the softmax times sum
 	for j := range row {
-		row[j] *= ng
+		row[j] *= c
 	}
 	row[target] += F(g)
 	return logp
