@@ -2,9 +2,9 @@ package ops
 
 import "math"
 
-// ExpSlice sets dst[i] = e^src[i] (dst may be src). Softmax, log-sum-exp
-// and the SwiGLU sigmoid spend most of their time here, so float32 runs eight
-// lanes at a time (AVX2) through exp32's algorithm; the float64 reference
+// ExpSlice sets dst[i] = e^src[i] (dst may be src). float32 runs eight lanes
+// at a time (AVX2) through exp32's algorithm, the exp that the fused vector
+// kernels (softmax's shifted exp-sum, SwiGLU) share; the float64 reference
 // path keeps math.Exp.
 func ExpSlice[F Float](dst, src []F) {
 	if d, ok := any(dst).([]float32); ok {

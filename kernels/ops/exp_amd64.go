@@ -50,3 +50,32 @@ func maxBody(x []float32) (int, float32) {
 	}
 	return body, maxAVX(&x[0], body)
 }
+
+//go:noescape
+func swigluAVX(a, gt, u *float32, n int)
+
+//go:noescape
+func swigluBackAVX(dg, du, da, gt, u *float32, n int)
+
+// swigluBody does SwiGLU's whole multiples of eight and returns how many.
+func swigluBody(a, g, u []float32) int {
+	body := len(g) &^ 7
+	if !expUseAVX || body == 0 {
+		return 0
+	}
+	_, _ = a[body-1], u[body-1]
+	swigluAVX(&a[0], &g[0], &u[0], body)
+	return body
+}
+
+// swigluBackBody does SwiGLUBackward's whole multiples of eight and returns
+// how many.
+func swigluBackBody(dg, du, da, g, u []float32) int {
+	body := len(g) &^ 7
+	if !expUseAVX || body == 0 {
+		return 0
+	}
+	_, _, _, _ = dg[body-1], du[body-1], da[body-1], u[body-1]
+	swigluBackAVX(&dg[0], &du[0], &da[0], &g[0], &u[0], body)
+	return body
+}

@@ -16,52 +16,60 @@ DATA expc<>+40(SB)/4, $0x3ab60b61  // 1/720
 DATA expc<>+44(SB)/4, $0x7f800000  // +Inf
 GLOBL expc<>(SB), RODATA|NOPTR, $48
 
+// EXP sets Y3 = e^Y0 (expAVX's algorithm), given the constants loaded by
+// EXPCONSTS (Y8..Y15); clobbers Y1, Y2, Y4. Three polynomial constants come
+// from memory each time, leaving Y5..Y7 to the kernels.
+#define EXPCONSTS \
+	VBROADCASTSS expc<>+0(SB), Y15  /* log2e */ \
+	VBROADCASTSS expc<>+4(SB), Y14  /* ln2hi */ \
+	VBROADCASTSS expc<>+8(SB), Y13  /* ln2lo */ \
+	VBROADCASTSS expc<>+12(SB), Y12 /* hi bound */ \
+	VBROADCASTSS expc<>+16(SB), Y11 /* lo bound */ \
+	VBROADCASTSS expc<>+20(SB), Y10 /* 1 */ \
+	VBROADCASTSS expc<>+24(SB), Y9  /* 1/2 */ \
+	VBROADCASTSS expc<>+28(SB), Y8  /* 1/6 */
+
+#define EXP \
+	VMINPS Y12, Y0, Y1               /* clamp high */ \
+	VMAXPS Y11, Y1, Y1               /* clamp low */ \
+	VMOVAPS Y9, Y2 \
+	VFMADD231PS Y15, Y1, Y2          /* x*log2e + 0.5 */ \
+	VROUNDPS $1, Y2, Y2              /* n = floor(...) */ \
+	VFNMADD231PS Y14, Y2, Y1         /* r = x - n*ln2hi */ \
+	VFNMADD231PS Y13, Y2, Y1         /* r -= n*ln2lo */ \
+	VBROADCASTSS expc<>+40(SB), Y3   /* p = 1/720 */ \
+	VBROADCASTSS expc<>+36(SB), Y4 \
+	VFMADD213PS Y4, Y1, Y3           /* p = p*r + 1/120 */ \
+	VBROADCASTSS expc<>+32(SB), Y4 \
+	VFMADD213PS Y4, Y1, Y3           /* p = p*r + 1/24 */ \
+	VFMADD213PS Y8, Y1, Y3           /* p = p*r + 1/6 */ \
+	VFMADD213PS Y9, Y1, Y3           /* p = p*r + 1/2 */ \
+	VFMADD213PS Y10, Y1, Y3          /* p = p*r + 1 */ \
+	VFMADD213PS Y10, Y1, Y3          /* p = p*r + 1 */ \
+	VCVTPS2DQ Y2, Y2                 /* n as int32 */ \
+	VPSLLD $23, Y2, Y2 \
+	VPADDD Y2, Y3, Y3                /* p * 2^n */ \
+	VCMPPS $1, Y11, Y0, Y4           /* x < lo bound: 0 */ \
+	VANDNPS Y3, Y4, Y3 \
+	VCMPPS $14, Y12, Y0, Y4          /* x > hi bound: +Inf */ \
+	VBROADCASTSS expc<>+44(SB), Y2 \
+	VBLENDVPS Y4, Y2, Y3, Y3 \
+	VCMPPS $3, Y0, Y0, Y4            /* NaN in, NaN out */ \
+	VBLENDVPS Y4, Y0, Y3, Y3
+
 // func expAVX(dst, src *float32, n int)  (n a multiple of 8)
 TEXT ·expAVX(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
-	VBROADCASTSS expc<>+0(SB), Y15  // log2e
-	VBROADCASTSS expc<>+4(SB), Y14  // ln2hi
-	VBROADCASTSS expc<>+8(SB), Y13  // ln2lo
-	VBROADCASTSS expc<>+12(SB), Y12 // hi bound
-	VBROADCASTSS expc<>+16(SB), Y11 // lo bound
-	VBROADCASTSS expc<>+20(SB), Y10 // 1
-	VBROADCASTSS expc<>+24(SB), Y9  // 1/2
-	VBROADCASTSS expc<>+28(SB), Y8  // 1/6
-	VBROADCASTSS expc<>+32(SB), Y7  // 1/24
-	VBROADCASTSS expc<>+36(SB), Y6  // 1/120
-	VBROADCASTSS expc<>+40(SB), Y5  // 1/720
+	EXPCONSTS
 	XORQ AX, AX
 
 loop:
 	CMPQ AX, CX
 	JGE  done
-	VMOVUPS (SI)(AX*4), Y0           // x
-	VMINPS Y12, Y0, Y1               // clamp high
-	VMAXPS Y11, Y1, Y1               // clamp low
-	VMOVAPS Y9, Y2
-	VFMADD231PS Y15, Y1, Y2          // x*log2e + 0.5
-	VROUNDPS $1, Y2, Y2              // n = floor(...)
-	VFNMADD231PS Y14, Y2, Y1         // r = x - n*ln2hi
-	VFNMADD231PS Y13, Y2, Y1         // r -= n*ln2lo
-	VMOVAPS Y5, Y3                   // p = 1/720
-	VFMADD213PS Y6, Y1, Y3           // p = p*r + 1/120
-	VFMADD213PS Y7, Y1, Y3           // p = p*r + 1/24
-	VFMADD213PS Y8, Y1, Y3           // p = p*r + 1/6
-	VFMADD213PS Y9, Y1, Y3           // p = p*r + 1/2
-	VFMADD213PS Y10, Y1, Y3          // p = p*r + 1
-	VFMADD213PS Y10, Y1, Y3          // p = p*r + 1
-	VCVTPS2DQ Y2, Y2                 // n as int32
-	VPSLLD $23, Y2, Y2
-	VPADDD Y2, Y3, Y3                // p * 2^n
-	VCMPPS $1, Y11, Y0, Y4           // x < lo bound: 0
-	VANDNPS Y3, Y4, Y3
-	VCMPPS $14, Y12, Y0, Y4          // x > hi bound: +Inf
-	VBROADCASTSS expc<>+44(SB), Y2
-	VBLENDVPS Y4, Y2, Y3, Y3
-	VCMPPS $3, Y0, Y0, Y4            // NaN in, NaN out
-	VBLENDVPS Y4, Y0, Y3, Y3
+	VMOVUPS (SI)(AX*4), Y0
+	EXP
 	VMOVUPS Y3, (DI)(AX*4)
 	ADDQ $8, AX
 	JMP  loop
@@ -71,21 +79,12 @@ done:
 	RET
 
 // func expShiftSumAVX(x *float32, n int, shift float32) float64  (n a multiple of 8)
-// x[i] = e^(x[i] − shift) in place, returning Σ x[i] summed in float64. The
-// exp is expAVX's; two of its constants come from memory each step so that
-// shift and two float64 sums fit in the registers.
+// x[i] = e^(x[i] − shift) in place, returning Σ x[i] summed in float64.
 TEXT ·expShiftSumAVX(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
 	VBROADCASTSS shift+16(FP), Y5
-	VBROADCASTSS expc<>+0(SB), Y15  // log2e
-	VBROADCASTSS expc<>+4(SB), Y14  // ln2hi
-	VBROADCASTSS expc<>+8(SB), Y13  // ln2lo
-	VBROADCASTSS expc<>+12(SB), Y12 // hi bound
-	VBROADCASTSS expc<>+16(SB), Y11 // lo bound
-	VBROADCASTSS expc<>+20(SB), Y10 // 1
-	VBROADCASTSS expc<>+24(SB), Y9  // 1/2
-	VBROADCASTSS expc<>+28(SB), Y8  // 1/6
+	EXPCONSTS
 	VXORPD Y6, Y6, Y6                // sums of the low and high lanes
 	VXORPD Y7, Y7, Y7
 	XORQ AX, AX
@@ -95,32 +94,7 @@ sloop:
 	JGE  sdone
 	VMOVUPS (SI)(AX*4), Y0
 	VSUBPS Y5, Y0, Y0                // x − shift
-	VMINPS Y12, Y0, Y1
-	VMAXPS Y11, Y1, Y1
-	VMOVAPS Y9, Y2
-	VFMADD231PS Y15, Y1, Y2
-	VROUNDPS $1, Y2, Y2
-	VFNMADD231PS Y14, Y2, Y1
-	VFNMADD231PS Y13, Y2, Y1
-	VBROADCASTSS expc<>+40(SB), Y3   // p = 1/720
-	VBROADCASTSS expc<>+36(SB), Y4
-	VFMADD213PS Y4, Y1, Y3           // p = p*r + 1/120
-	VBROADCASTSS expc<>+32(SB), Y4
-	VFMADD213PS Y4, Y1, Y3           // p = p*r + 1/24
-	VFMADD213PS Y8, Y1, Y3
-	VFMADD213PS Y9, Y1, Y3
-	VFMADD213PS Y10, Y1, Y3
-	VFMADD213PS Y10, Y1, Y3
-	VCVTPS2DQ Y2, Y2
-	VPSLLD $23, Y2, Y2
-	VPADDD Y2, Y3, Y3
-	VCMPPS $1, Y11, Y0, Y4
-	VANDNPS Y3, Y4, Y3
-	VCMPPS $14, Y12, Y0, Y4
-	VBROADCASTSS expc<>+44(SB), Y2
-	VBLENDVPS Y4, Y2, Y3, Y3
-	VCMPPS $3, Y0, Y0, Y4
-	VBLENDVPS Y4, Y0, Y3, Y3
+	EXP
 	VMOVUPS Y3, (SI)(AX*4)
 	VCVTPS2PD X3, Y0
 	VADDPD Y0, Y6, Y6
@@ -136,6 +110,72 @@ sdone:
 	VADDPD X7, X6, X6
 	VHADDPD X6, X6, X6
 	MOVSD X6, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// SIGMOID sets Y3 = 1/(1 + e^−g) for g at (SI)(AX*4) (Y7 zero); EXP's
+// registers.
+#define SIGMOID \
+	VSUBPS (SI)(AX*4), Y7, Y0 \
+	EXP \
+	VADDPS Y10, Y3, Y3 \
+	VDIVPS Y3, Y10, Y3
+
+// func swigluAVX(a, gt, u *float32, n int)  (n a multiple of 8)
+// a = gt·σ(gt)·u (gt the gate); a may be gt.
+TEXT ·swigluAVX(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), DI
+	MOVQ gt+8(FP), SI
+	MOVQ u+16(FP), DX
+	MOVQ n+24(FP), CX
+	EXPCONSTS
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+
+gloop:
+	CMPQ AX, CX
+	JGE  gdone
+	SIGMOID
+	VMULPS (SI)(AX*4), Y3, Y3
+	VMULPS (DX)(AX*4), Y3, Y3
+	VMOVUPS Y3, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  gloop
+
+gdone:
+	VZEROUPPER
+	RET
+
+// func swigluBackAVX(dg, du, da, gt, u *float32, n int)  (n a multiple of 8)
+// With s = σ(gt): du = da·gt·s, dg = da·u·s·(1 + gt·(1 − s)).
+TEXT ·swigluBackAVX(SB), NOSPLIT, $0-48
+	MOVQ dg+0(FP), DI
+	MOVQ du+8(FP), BX
+	MOVQ da+16(FP), R8
+	MOVQ gt+24(FP), SI
+	MOVQ u+32(FP), DX
+	MOVQ n+40(FP), CX
+	EXPCONSTS
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+
+bloop:
+	CMPQ AX, CX
+	JGE  bdone
+	SIGMOID
+	VMOVUPS (SI)(AX*4), Y5           // g
+	VMULPS (R8)(AX*4), Y3, Y6        // da·s
+	VMULPS Y5, Y6, Y1
+	VMOVUPS Y1, (BX)(AX*4)           // du
+	VSUBPS Y3, Y10, Y2               // 1 − s
+	VFMADD213PS Y10, Y5, Y2          // 1 + g·(1 − s)
+	VMULPS (DX)(AX*4), Y6, Y6
+	VMULPS Y2, Y6, Y6
+	VMOVUPS Y6, (DI)(AX*4)           // dg
+	ADDQ $8, AX
+	JMP  bloop
+
+bdone:
 	VZEROUPPER
 	RET
 

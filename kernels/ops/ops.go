@@ -78,38 +78,48 @@ func sigmoidChunk[F Float](s, g []F) {
 	}
 }
 
-// withSigmoid runs fn over [0, len(g)) in parallel chunks, handing it each
-// chunk's sigmoid(g[lo:hi]).
-func withSigmoid[F Float](g []F, fn func(lo, hi int, s []F)) {
-	par.For(len(g), 4096, func(lo, hi int) {
-		var s [vecChunk]F
-		for c := lo; c < hi; c += vecChunk {
-			e := min(c+vecChunk, hi)
-			sigmoidChunk(s[:e-c], g[c:e])
-			fn(c, e, s[:e-c])
-		}
-	})
+// withSigmoid hands fn each chunk of [lo, hi) with sigmoid(g) over it: the
+// portable SwiGLU, for float64, machines without AVX2 and the vector
+// kernels' tails.
+func withSigmoid[F Float](g []F, lo, hi int, fn func(lo, hi int, s []F)) {
+	var s [vecChunk]F
+	for c := lo; c < hi; c += vecChunk {
+		e := min(c+vecChunk, hi)
+		sigmoidChunk(s[:e-c], g[c:e])
+		fn(c, e, s[:e-c])
+	}
 }
 
 // SwiGLU: a = silu(g) ⊙ u = g·sigmoid(g)·u. g, u, a: [T, I] flattened; a
 // may alias g.
 func SwiGLU[F Float](a, g, u []F) {
-	withSigmoid(g, func(lo, hi int, s []F) {
-		for i := lo; i < hi; i++ {
-			a[i] = g[i] * s[i-lo] * u[i]
+	par.For(len(g), 4096, func(lo, hi int) {
+		if a32, ok := any(a).([]float32); ok { // one AVX2 pass (swigluAVX)
+			lo += swigluBody(a32[lo:hi], any(g).([]float32)[lo:hi], any(u).([]float32)[lo:hi])
 		}
+		withSigmoid(g, lo, hi, func(lo, hi int, s []F) {
+			for i := lo; i < hi; i++ {
+				a[i] = g[i] * s[i-lo] * u[i]
+			}
+		})
 	})
 }
 
 // SwiGLUBackward sets dg and du given da (each gate and up value feeds one
 // activation only, so nothing is accumulated and they need no clearing).
 func SwiGLUBackward[F Float](dg, du, da, g, u []F) {
-	withSigmoid(g, func(lo, hi int, sb []F) {
-		for i := lo; i < hi; i++ {
-			s := sb[i-lo]
-			du[i] = da[i] * g[i] * s
-			dg[i] = da[i] * u[i] * s * (1 + g[i]*(1-s))
+	par.For(len(g), 4096, func(lo, hi int) {
+		if dg32, ok := any(dg).([]float32); ok { // one AVX2 pass (swigluBackAVX)
+			f := func(x []F) []float32 { return any(x).([]float32)[lo:hi] }
+			lo += swigluBackBody(dg32[lo:hi], f(du), f(da), f(g), f(u))
 		}
+		withSigmoid(g, lo, hi, func(lo, hi int, sb []F) {
+			for i := lo; i < hi; i++ {
+				s := sb[i-lo]
+				du[i] = da[i] * g[i] * s
+				dg[i] = da[i] * u[i] * s * (1 + g[i]*(1-s))
+			}
+		})
 	})
 }
 

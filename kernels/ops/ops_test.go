@@ -205,6 +205,24 @@ func TestSwiGLU(t *testing.T) {
 	SwiGLUBackward(dg, du, c, g, u)
 	fdCheck(t, "swiglu dg", g, func(x []float64) []float64 { return RefSwiGLU(x, u) }, c, dg)
 	fdCheck(t, "swiglu du", u, func(x []float64) []float64 { return RefSwiGLU(g, x) }, c, du)
+
+	// float32 (the vector kernels, then a tail) against the float64 results.
+	dg32, du32 := make([]float32, 50), make([]float32, 50)
+	for i := range dg32 {
+		dg32[i], du32[i] = float32(math.NaN()), float32(math.NaN())
+	}
+	SwiGLUBackward(dg32, du32, to32(c), to32(g), to32(u))
+	closeTo(t, "swiglu dg, float32", dg32, dg, 1e-5)
+	closeTo(t, "swiglu du, float32", du32, du, 1e-5)
+	// Far tails: the gate's sigmoid saturates to 0 and 1 without NaN.
+	big := []float32{-100, 100, -1e30, 1e30, -90, 90, 0, 1}
+	out := make([]float32, 8)
+	SwiGLU(out, big, []float32{1, 1, 1, 1, 1, 1, 1, 1})
+	for i, v := range out {
+		if want := RefSwiGLU([]float64{float64(big[i])}, []float64{1})[0]; math.Abs(float64(v)-want) > 1e-6*math.Abs(want)+1e-30 {
+			t.Fatalf("swiglu(%v) = %v, want %v", big[i], v, want)
+		}
+	}
 }
 
 func TestLogSumExpStable(t *testing.T) {
@@ -355,5 +373,19 @@ func BenchmarkAttention(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSwiGLU is the small preset's MLP activation over a 512-token
+// step ([512, 1280]), forward and backward.
+func BenchmarkSwiGLU(b *testing.B) {
+	r := rng.New(1)
+	n := 512 * 1280
+	g, u, da := to32(rand64(r, n)), to32(rand64(r, n)), to32(rand64(r, n))
+	a, dg, du := make([]float32, n), make([]float32, n), make([]float32, n)
+	b.SetBytes(int64(4 * 7 * n))
+	for i := 0; i < b.N; i++ {
+		SwiGLU(a, g, u)
+		SwiGLUBackward(dg, du, da, g, u)
 	}
 }
