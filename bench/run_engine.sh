@@ -15,8 +15,8 @@ done
 echo "== fp32 GEMM, GFLOP/s (wts, then OpenBLAS)"
 go test ./kernels/gemm/ -run XXX -bench 'Sgemm/' -benchtime 1s | awk '/GFLOP/ {print $1, $(NF-1)}'
 if [ -n "$PY" ]; then "$PY" bench/blas_gemm.py; fi
-echo "== causal attention (small's heads), ns per call"
-go test ./kernels/ops/ -run XXX -bench 'Attention' -benchtime 1s | awk '/ns\/op/ {print $1, $3}'
+echo "== causal attention (small's heads) and SwiGLU, ns per call"
+go test ./kernels/ops/ -run XXX -bench 'Attention|SwiGLU' -benchtime 1s | awk '/ns\/op/ {print $1, $3}'
 go build -o bin/wts ./cmd/wts
 go build -o bin/enginebench ./bench/enginebench
 for p in $PRESETS; do
