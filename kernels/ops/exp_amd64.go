@@ -31,7 +31,7 @@ func expShiftSumAVX(x *float32, n int, shift float32) float64
 //go:noescape
 func maxAVX(x *float32, n int) float32
 
-// expShiftSumBody does expShiftSum32's whole multiples of eight and returns
+// expShiftSumBody does expShiftSum's whole multiples of eight and returns
 // how many it did and their sum.
 func expShiftSumBody(x []float32, shift float32) (int, float64) {
 	body := len(x) &^ 7
