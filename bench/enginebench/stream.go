@@ -10,7 +10,9 @@ type stream struct {
 }
 
 func newStream() *stream {
-	s := &stream{buf: make([]float32, 256<<20/4), x: make([]float32, 4096)}
+	// In huge pages, as the model's packed weights are (gemm.Slab): the
+	// bound is what the machine streams at its best.
+	s := &stream{buf: gemm.HugeFloats(256 << 20 / 4), x: make([]float32, 4096)}
 	for i := range s.buf {
 		s.buf[i] = 1
 	}

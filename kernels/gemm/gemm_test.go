@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"unsafe"
 
 	"github.com/wts-project/wts/kernels/rng"
 )
@@ -230,23 +231,26 @@ func BenchmarkKernel(b *testing.B) {
 }
 
 // BenchmarkModelReplay is a decode step's products on the small preset's
-// shapes (8 layers of q, k, v, o, gate, up, down, then the LM head), each
-// weight packed apart as the model holds them and read cold: m rows, one
-// per sequence. Read it beside BenchmarkStream in the same run.
+// shapes (8 layers of q, k, v, o, gate, up, down, then the LM head), packed
+// into one slab as the model holds them and read cold: m rows, one per
+// sequence. Read it beside BenchmarkStream in the same run.
 func BenchmarkModelReplay(b *testing.B) {
 	r := rng.New(1)
 	var ws []*Packed
 	var floats int
-	add := func(n, k int) {
-		ws = append(ws, PackT(randSlice(r, n*k), n, k, k))
-		floats += n * k
-	}
+	var shapes [][2]int
 	for l := 0; l < 8; l++ {
-		for _, s := range [][2]int{{512, 512}, {256, 512}, {256, 512}, {512, 512}, {1280, 512}, {1280, 512}, {512, 1280}} {
-			add(s[0], s[1])
-		}
+		shapes = append(shapes, [][2]int{{512, 512}, {256, 512}, {256, 512}, {512, 512}, {1280, 512}, {1280, 512}, {512, 1280}}...)
 	}
-	add(8192, 512)
+	shapes = append(shapes, [2]int{8192, 512})
+	for _, s := range shapes {
+		floats += s[0] * s[1]
+	}
+	slab := NewSlab(floats) // in huge pages, as transformer.New packs them
+	for _, s := range shapes {
+		n, k := s[0], s[1]
+		ws = append(ws, slab.PackT(randSlice(r, n*k), n, k, k))
+	}
 	for _, m := range []int{1, 16} {
 		b.Run(fmt.Sprintf("m%d", m), func(b *testing.B) {
 			x, c := randSlice(r, m*8192), make([]float32, m*8192)
@@ -265,7 +269,7 @@ func BenchmarkModelReplay(b *testing.B) {
 // BenchmarkStream reads 256 MB in one parallel region through the
 // row-major gemv: the read bandwidth single-stream decode is judged by.
 func BenchmarkStream(b *testing.B) {
-	buf := make([]float32, 256<<20/4)
+	buf := HugeFloats(256 << 20 / 4)
 	for i := range buf {
 		buf[i] = 1
 	}
@@ -305,7 +309,10 @@ func TestPackedMatchesRef(t *testing.T) {
 				c2 := append([]float32(nil), c...)
 				want := append([]float32(nil), c...)
 				Ref(ta, true, m, n, k, alpha, a, lda, w, k+2, 1, want, ldc)
-				PackT(w, n, k, k+2).Mul(ta, m, alpha, a, lda, 1, c, ldc)
+				// Both packs from one slab sized by PackedLen, which they
+				// must fill exactly.
+				slab := NewSlab(2 * PackedLen(n, k))
+				slab.PackT(w, n, k, k+2).Mul(ta, m, alpha, a, lda, 1, c, ldc)
 				// The same product from B = Wᵀ stored as a [k, n] matrix.
 				wt := make([]float32, k*(n+1))
 				for j := 0; j < n; j++ {
@@ -313,12 +320,34 @@ func TestPackedMatchesRef(t *testing.T) {
 						wt[p*(n+1)+j] = w[j*(k+2)+p]
 					}
 				}
-				PackN(wt, k, n, n+1).Mul(ta, m, alpha, a, lda, 1, c2, ldc)
+				slab.PackN(wt, k, n, n+1).Mul(ta, m, alpha, a, lda, 1, c2, ldc)
+				if len(slab.rest) != 0 {
+					t.Fatalf("n=%d k=%d: %d floats of the slab left", n, k, len(slab.rest))
+				}
 				for i := range c {
 					if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
 						t.Fatalf("m=%d n=%d k=%d ta=%v alpha=%v: [%d] %v / %v vs %v", m, n, k, ta, alpha, i, c[i], c2[i], want[i])
 					}
 				}
+			}
+		}
+	}
+}
+
+// HugeFloats gives exactly n zeroed floats, on a huge-page boundary when
+// they span one.
+func TestHugeFloats(t *testing.T) {
+	for _, n := range []int{10, hugePage/4 - 1, hugePage / 4, 3*hugePage/4 + 5} {
+		x := HugeFloats(n)
+		if len(x) != n || cap(x) != n {
+			t.Fatalf("n=%d: len %d cap %d", n, len(x), cap(x))
+		}
+		if addr := uintptr(unsafe.Pointer(&x[0])); n*4 >= hugePage && addr%hugePage != 0 {
+			t.Fatalf("n=%d: starts at %#x, not on a %d-byte boundary", n, addr, hugePage)
+		}
+		for i, v := range x {
+			if v != 0 {
+				t.Fatalf("n=%d: [%d] = %v", n, i, v)
 			}
 		}
 	}

@@ -23,20 +23,25 @@ type Packed struct {
 }
 
 // PackT packs B = Wᵀ for w [n, k] (row-major, row stride ldw).
-func PackT(w []float32, n, k, ldw int) *Packed { return pack(true, w, n, k, ldw) }
+func PackT(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackT(w, n, k, ldw) }
 
 // PackN packs B = W for w [k, n] (row-major, row stride ldw).
-func PackN(w []float32, k, n, ldw int) *Packed { return pack(false, w, n, k, ldw) }
+func PackN(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackN(w, k, n, ldw) }
 
-func pack(tb bool, w []float32, n, k, ldw int) *Packed {
+// PackT is the package's PackT with the panels stored in s (nil: their own
+// allocation).
+func (s *Slab) PackT(w []float32, n, k, ldw int) *Packed { return s.pack(true, w, n, k, ldw) }
+
+// PackN is the package's PackN with the panels stored in s.
+func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed { return s.pack(false, w, n, k, ldw) }
+
+func (s *Slab) pack(tb bool, w []float32, n, k, ldw int) *Packed {
 	panels := (n + nr - 1) / nr
 	p := &Packed{N: n, K: k}
-	size := 0
 	for pc := 0; pc < k; pc += kc {
-		p.blocks = append(p.blocks, size)
-		size += panels * nr * min(kc, k-pc)
+		p.blocks = append(p.blocks, pc*panels*nr)
 	}
-	p.data = make([]float32, size)
+	p.data = s.take(PackedLen(n, k))
 	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 		kb := min(kc, k-pc)
 		base := p.data[p.blocks[bi]:]

@@ -29,7 +29,7 @@ func (m *Model[F]) Freeze(ad *lora.Adapter[F]) *Frozen[F] {
 			return term[F]{}
 		}
 		r := ad.Cfg.Rank
-		return term[F]{a: newWeight(p.A, r, in), b: newWeight(p.B, out, r), s: ad.Scale()}
+		return term[F]{a: newWeight(nil, p.A, r, in), b: newWeight(nil, p.B, out, r), s: ad.Scale()}
 	}
 	for l := range z.layers {
 		for mod := range lora.Module(lora.NumModules) {

@@ -33,21 +33,22 @@ func termOf[F gemm.Float](ad *lora.Adapter[F], p *lora.Pair[F]) term[F] {
 	return term[F]{a: weight[F]{W: p.A}, b: weight[F]{W: p.B}, s: ad.Scale()}
 }
 
-// newWeight wraps W [out, in]; for float32 it is also packed as Wᵀ.
-func newWeight[F gemm.Float](W []F, out, in int) weight[F] {
+// newWeight wraps W [out, in]; for float32 it is also packed as Wᵀ, in s
+// (nil: its own allocation).
+func newWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int) weight[F] {
 	w := weight[F]{W: W}
 	if w32, ok := any(W).([]float32); ok {
-		w.packed = gemm.PackT(w32, out, in, in)
+		w.packed = s.PackT(w32, out, in, in)
 	}
 	return w
 }
 
 // newFrozenWeight wraps a base model's W [out, in]; for float32 it is also
 // packed as W for the input gradient.
-func newFrozenWeight[F gemm.Float](W []F, out, in int) weight[F] {
-	w := newWeight(W, out, in)
+func newFrozenWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int) weight[F] {
+	w := newWeight(s, W, out, in)
 	if w.packed != nil {
-		w.grad = gemm.PackN(any(W).([]float32), out, in, in)
+		w.grad = s.PackN(any(W).([]float32), out, in, in)
 	}
 	return w
 }

@@ -31,25 +31,38 @@ type Model[F gemm.Float] struct {
 // embeddings.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
 	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
-	proj := func(W *[]F, out, in int) weight[F] {
-		pw := newFrozenWeight(*W, out, in)
-		if pw.packed != nil {
-			pw.W, *W = nil, nil
-		}
-		return pw
-	}
 	c := w.Cfg
+	slab := frozenSlab[F](c)
 	for l := range w.Layers {
 		L := &w.Layers[l]
-		m.proj[l] = [lora.NumModules]weight[F]{
-			lora.Q: proj(&L.Wq, c.QDim(), c.Hidden), lora.K: proj(&L.Wk, c.KVDim(), c.Hidden),
-			lora.V: proj(&L.Wv, c.KVDim(), c.Hidden), lora.O: proj(&L.Wo, c.Hidden, c.QDim()),
-			lora.Gate: proj(&L.Wg, c.Intermediate, c.Hidden), lora.Up: proj(&L.Wu, c.Intermediate, c.Hidden),
-			lora.Down: proj(&L.Wd, c.Hidden, c.Intermediate),
+		mats := [lora.NumModules]*[]F{lora.Q: &L.Wq, lora.K: &L.Wk, lora.V: &L.Wv, lora.O: &L.Wo,
+			lora.Gate: &L.Wg, lora.Up: &L.Wu, lora.Down: &L.Wd}
+		for mod, W := range mats {
+			out, in := lora.Module(mod).Dims(c)
+			pw := newFrozenWeight(slab, *W, out, in)
+			if pw.packed != nil {
+				pw.W, *W = nil, nil
+			}
+			m.proj[l][mod] = pw
 		}
 	}
-	m.head = newFrozenWeight(w.LMHead, c.Vocab, c.Hidden)
+	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden)
 	return m
+}
+
+// frozenSlab returns room for every packed copy of a float32 model's base
+// weights (Wᵀ and W of each projection and of the LM head), nil for float64,
+// which packs nothing.
+func frozenSlab[F gemm.Float](c model.Config) *gemm.Slab {
+	if _, ok := any(F(0)).(float32); !ok {
+		return nil
+	}
+	both := func(out, in int) int { return gemm.PackedLen(out, in) + gemm.PackedLen(in, out) } // Wᵀ and W
+	floats := both(c.Vocab, c.Hidden)
+	for mod := range lora.Module(lora.NumModules) {
+		floats += c.Layers * both(mod.Dims(c))
+	}
+	return gemm.NewSlab(floats)
 }
 
 // Cfg is the model's configuration.
