@@ -1,14 +1,19 @@
 // Package persistence is the node's durable state: one bbolt file of
-// msgpack records, written through a group committer so that every
-// acknowledged write is fsynced before the reply without paying one fsync per
-// write, and the run volume that holds trainer snapshots.
+// msgpack records behind a write-ahead log, written through a group
+// committer so that every acknowledged write is fsynced before the reply
+// without paying one fsync per write, and the run volume that holds trainer
+// snapshots.
 package persistence
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +46,12 @@ const (
 
 var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers}
 
+// meta holds the store's own records: the log generation the file has
+// absorbed.
+const meta Bucket = "meta"
+
+var absorbedKey = []byte("log_generation")
+
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("store is closed")
 
@@ -48,19 +59,54 @@ var ErrClosed = errors.New("store is closed")
 // lock (and delay its first writer) for long.
 const maxBatch = 512
 
-// Store is the bbolt file with its group committer.
+// When the published layers hold this many entries or bytes, or the log
+// this many bytes, or no write came for checkpointIdle, a checkpoint moves
+// them into the store file: each costs one bbolt commit (~1–3 ms of
+// writing and syncing pages) for thousands of writes, and keeps what
+// readers walk and a restart replays small.
+const (
+	checkpointBytes = 16 << 20
+	checkpointLog   = 64 << 20
+	checkpointIdle  = 100 * time.Millisecond
+)
+
+// checkpointEntries is a variable so that tests can checkpoint often.
+var checkpointEntries = 8192
+
+// Store is the node's durable state. A write is durable once its group
+// commit's record is in the write-ahead log (one sequential write and
+// fdatasync); the group's writes are then published as a layer over the
+// bbolt file, which checkpoints bring up to date.
 type Store struct {
 	db       *bolt.DB
+	log      *wal
 	queue    chan *write
 	done     chan struct{}
 	mu       sync.RWMutex // held shared by writers, exclusively by Close
 	closed   bool
 	onCommit atomic.Pointer[func(writes, pages int, took time.Duration)]
+
+	// layers are the published writes the store file lacks, oldest first
+	// (an immutable slice, replaced whole). A reader takes them and a file
+	// snapshot together under snap, which a checkpoint holds while its
+	// file commit lands and the layers it moved are dropped: a reader
+	// pairing the old layers with the new file would see some keys'
+	// values from before writes that its other keys show.
+	layers atomic.Pointer[[]*layer]
+	snap   sync.RWMutex
+
+	// The commit loop's own: entries and bytes published since the last
+	// checkpoint, and the error that stopped writes (a log or checkpoint
+	// write failed, so what is on disk is no longer known; a restart
+	// replays the log).
+	pending, pendingBytes int
+	broken                error
 }
 
 // OnCommit sets fn to be told of every group commit: how many writes it
-// carried, how many pages it wrote to the file (meta page included) and how
-// long it took, fsync included.
+// carried, how many pages it wrote (its log record, and the store file's
+// pages when a checkpoint followed it) and how long it took, syncs
+// included.
 func (s *Store) OnCommit(fn func(writes, pages int, took time.Duration)) { s.onCommit.Store(&fn) }
 
 type write struct {
@@ -68,7 +114,9 @@ type write struct {
 	err chan error
 }
 
-// Open opens (creating if needed) the store file at path.
+// Open opens (creating if needed) the store file at path and its
+// write-ahead log beside it (path + "-wal"), replaying what the log holds
+// that the file has not absorbed.
 func Open(path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store folder: %w", err)
@@ -81,31 +129,79 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range buckets {
-			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("create buckets: %w", err)
-	}
 	s := &Store{db: db, queue: make(chan *write, 4*maxBatch), done: make(chan struct{})}
+	if err := s.recover(path + "-wal"); err != nil {
+		db.Close()
+		return nil, err
+	}
+	none := []*layer{}
+	s.layers.Store(&none)
 	go s.commitLoop()
 	return s, nil
 }
 
-// Update runs fn in a read-write transaction and returns once the
-// transaction is on disk. Concurrent calls share one transaction and one
-// fsync (a group commit): while one batch syncs, the next one gathers, so
-// the batch grows with the load and no timer delays a lone writer.
-//
-// fn may run more than once (when another function in its batch fails, the
-// batch is retried without it), so it must not have effects outside tx.
-// An error from fn aborts only fn's own writes.
+// recover creates the buckets, opens the log and moves into the file what
+// the log holds beyond it, then starts the log's next generation.
+func (s *Store) recover(logPath string) error {
+	var absorbed uint64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range append(buckets, meta) {
+			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		if v := tx.Bucket([]byte(meta)).Get(absorbedKey); len(v) == 8 {
+			absorbed = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create buckets: %w", err)
+	}
+	lg, recs, err := openWAL(logPath, absorbed)
+	if err != nil {
+		return err
+	}
+	s.log = lg
+	if len(recs) > 0 {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, rec := range recs {
+				l, err := decodeLayer(rec)
+				if err != nil {
+					return fmt.Errorf("log record %d: %w", i, err)
+				}
+				if err := l.apply(tx); err != nil {
+					return err
+				}
+			}
+			return putAbsorbed(tx, lg.gen)
+		})
+		if err != nil {
+			lg.close()
+			return fmt.Errorf("replay log: %w", err)
+		}
+		absorbed = lg.gen
+	}
+	if lg.gen <= absorbed {
+		if err := lg.reset(absorbed + 1); err != nil {
+			lg.close()
+			return err
+		}
+	}
+	return nil
+}
+
+func putAbsorbed(tx *bolt.Tx, gen uint64) error {
+	return tx.Bucket([]byte(meta)).Put(absorbedKey, binary.BigEndian.AppendUint64(nil, gen))
+}
+
+// Update runs fn in a read-write transaction and returns once its writes
+// are on disk. Concurrent calls share one log record and one fdatasync (a
+// group commit): while one group syncs, the next one gathers, so the group
+// grows with the load and no timer delays a lone writer. Writers of a group
+// run one after another, each seeing the writes of those before it. An
+// error from fn discards fn's writes only. fn must not have effects outside
+// tx.
 func (s *Store) Update(fn func(*Tx) error) error {
 	s.mu.RLock()
 	if s.closed {
@@ -120,10 +216,19 @@ func (s *Store) Update(fn func(*Tx) error) error {
 
 // View runs fn in a read-only transaction over the last committed state.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	s.snap.RLock()
+	ls := *s.layers.Load()
+	btx, err := s.db.Begin(false)
+	s.snap.RUnlock()
+	if err != nil {
+		return fmt.Errorf("read store: %w", err)
+	}
+	defer btx.Rollback()
+	return fn(&Tx{btx: btx, layers: ls})
 }
 
-// Close waits for queued writes and closes the file.
+// Close waits for queued writes, moves everything into the store file and
+// closes it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -134,13 +239,40 @@ func (s *Store) Close() error {
 	close(s.queue)
 	s.mu.Unlock()
 	<-s.done
-	return s.db.Close()
+	err := s.broken
+	if err == nil {
+		_, err = s.checkpoint()
+	}
+	if cerr := s.log.close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (s *Store) commitLoop() {
 	defer close(s.done)
 	batch := make([]*write, 0, maxBatch)
-	for w := range s.queue {
+	idle := time.NewTimer(checkpointIdle)
+	for {
+		var w *write
+		var ok bool
+		if s.pending > 0 && s.broken == nil {
+			idle.Reset(checkpointIdle)
+			select {
+			case w, ok = <-s.queue:
+			case <-idle.C:
+				s.checkpointOrBreak()
+				continue
+			}
+		} else {
+			w, ok = <-s.queue
+		}
+		if !ok {
+			return
+		}
 		batch = append(batch[:0], w)
 	gather:
 		for len(batch) < maxBatch {
@@ -158,58 +290,180 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// pagesWritten is the count of pages the store's transactions have written;
-// the commit loop, the only writer, reads it around each commit.
+// pagesWritten is the count of pages the store file's transactions have
+// written; only the commit loop writes.
 func (s *Store) pagesWritten() int64 {
 	st := s.db.Stats()
 	return st.TxStats.GetWrite()
 }
 
-// itemError marks which function of a batch failed.
-type itemError struct {
-	i   int
-	err error
-}
-
-func (e *itemError) Error() string { return e.err.Error() }
-
-// commit writes a batch in one transaction. A function that fails gets its
-// error and the rest are committed again without it.
+// commit runs a group's functions, logs their writes in one record and
+// publishes them. A function that fails gets its error at once and leaves
+// nothing behind.
 func (s *Store) commit(batch []*write) {
 	start := time.Now()
-	pages := s.pagesWritten()
-	for len(batch) > 0 {
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			t := &Tx{tx: tx}
-			for i, w := range batch {
-				if err := w.fn(t); err != nil {
-					return &itemError{i, err}
-				}
-			}
-			return nil
-		})
-		var ie *itemError
-		if errors.As(err, &ie) {
-			batch[ie.i].err <- ie.err
-			batch = append(batch[:ie.i], batch[ie.i+1:]...)
-			continue
-		}
-		if fn := s.onCommit.Load(); fn != nil && err == nil {
-			(*fn)(len(batch), int(s.pagesWritten()-pages), time.Since(start))
-		}
+	if s.broken != nil {
 		for _, w := range batch {
-			w.err <- err
+			w.err <- s.broken
 		}
 		return
 	}
+	ls := *s.layers.Load() // stable: only this goroutine publishes
+	btx, err := s.db.Begin(false)
+	if err != nil {
+		for _, w := range batch {
+			w.err <- fmt.Errorf("read store: %w", err)
+		}
+		return
+	}
+	group := newLayer()
+	ok := batch[:0]
+	for _, w := range batch {
+		own := newLayer()
+		if err := w.fn(&Tx{btx: btx, layers: ls, batch: group, own: own}); err != nil {
+			w.err <- err
+			continue
+		}
+		group.absorb(own)
+		ok = append(ok, w)
+	}
+	btx.Rollback()
+	pages := 0
+	if group.n > 0 {
+		n, err := s.log.append(group.encode(nil))
+		if err != nil {
+			s.broken = fmt.Errorf("store stopped: %w", err)
+			for _, w := range ok {
+				w.err <- s.broken
+			}
+			return
+		}
+		pages = (n + 4095) / 4096
+		s.publish(group.freeze())
+	}
+	for _, w := range ok {
+		w.err <- nil
+	}
+	if s.pending >= checkpointEntries || s.pendingBytes >= checkpointBytes || s.log.off >= checkpointLog {
+		pages += s.checkpointOrBreak()
+	}
+	if fn := s.onCommit.Load(); fn != nil && len(ok) > 0 {
+		(*fn)(len(ok), pages, time.Since(start))
+	}
 }
 
-// Tx is one transaction: msgpack records by bucket and key.
-type Tx struct{ tx *bolt.Tx }
+// publish makes l visible to readers, merging the newest layers while the
+// one below is at most twice their size, so that readers walk a few layers
+// (sizes grow geometrically downwards) and each entry is merged a few times.
+func (s *Store) publish(l *layer) {
+	old := *s.layers.Load()
+	ls := append(make([]*layer, 0, len(old)+1), old...)
+	ls = append(ls, l)
+	for n := len(ls); n >= 2 && ls[n-2].n <= 2*ls[n-1].n; n = len(ls) {
+		ls = append(ls[:n-2], merged(ls[n-2], ls[n-1]))
+	}
+	s.layers.Store(&ls)
+	s.pending += l.n
+	s.pendingBytes += l.bytes
+}
+
+// checkpointOrBreak checkpoints, stopping writes if that fails, and returns
+// the pages it wrote.
+func (s *Store) checkpointOrBreak() int {
+	pages, err := s.checkpoint()
+	if err != nil {
+		s.broken = fmt.Errorf("store stopped: %w", err)
+	}
+	return pages
+}
+
+// checkpoint moves the published layers into the store file (one synced
+// bbolt commit that also records the log generation it absorbed), then
+// starts the log's next generation. A crash between the two replays the
+// old generation into a file that already holds it, which changes nothing.
+func (s *Store) checkpoint() (int, error) {
+	ls := *s.layers.Load()
+	if len(ls) == 0 {
+		return 0, nil
+	}
+	before := s.pagesWritten()
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	for _, l := range ls {
+		if err := l.apply(tx); err != nil {
+			tx.Rollback()
+			return 0, err
+		}
+	}
+	if err := putAbsorbed(tx, s.log.gen); err != nil {
+		tx.Rollback()
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	s.snap.Lock()
+	err = tx.Commit()
+	if err == nil {
+		none := []*layer{}
+		s.layers.Store(&none)
+	}
+	s.snap.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: %w", err)
+	}
+	s.pending, s.pendingBytes = 0, 0
+	if err := s.log.reset(s.log.gen + 1); err != nil {
+		return 0, err
+	}
+	return int(s.pagesWritten() - before), nil
+}
+
+// Tx is one transaction: msgpack records by bucket and key, read from the
+// writer's own changes, those of earlier writers in its group, the
+// published layers and the store file, newest first.
+type Tx struct {
+	btx    *bolt.Tx
+	layers []*layer // published, oldest first
+	batch  *layer   // the group's earlier writers (nil in View)
+	own    *layer   // this writer's changes (nil in View)
+}
+
+// levels are the tx's layers, oldest first.
+func (t *Tx) levels() []*layer {
+	ls := t.layers
+	if t.own != nil {
+		ls = append(slices.Clip(ls), t.batch, t.own)
+	}
+	return ls
+}
+
+// raw returns the stored bytes at key (valid until the tx ends).
+func (t *Tx) raw(b Bucket, key []byte) []byte {
+	found := func(l *layer) (entry, bool) {
+		if l == nil {
+			return entry{}, false
+		}
+		return l.get(b, key)
+	}
+	e, ok := found(t.own)
+	if !ok {
+		e, ok = found(t.batch)
+	}
+	for i := len(t.layers) - 1; i >= 0 && !ok; i-- {
+		e, ok = found(t.layers[i])
+	}
+	if !ok {
+		return t.btx.Bucket([]byte(b)).Get(key)
+	}
+	if e.del {
+		return nil
+	}
+	return e.val
+}
 
 // Get decodes the record at key into v and reports whether it exists.
 func (t *Tx) Get(b Bucket, key []byte, v any) (bool, error) {
-	raw := t.tx.Bucket([]byte(b)).Get(key)
+	raw := t.raw(b, key)
 	if raw == nil {
 		return false, nil
 	}
@@ -225,32 +479,74 @@ func (t *Tx) Put(b Bucket, key []byte, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s/%q: %w", b, key, err)
 	}
-	return t.tx.Bucket([]byte(b)).Put(key, raw)
+	return t.set(b, key, entry{val: raw})
 }
 
 // Delete removes key.
 func (t *Tx) Delete(b Bucket, key []byte) error {
-	return t.tx.Bucket([]byte(b)).Delete(key)
+	return t.set(b, key, entry{del: true})
+}
+
+func (t *Tx) set(b Bucket, key []byte, e entry) error {
+	if t.own == nil {
+		return bolt.ErrTxNotWritable
+	}
+	if err := checkKey(key, len(e.val)); err != nil {
+		return fmt.Errorf("%s/%q: %w", b, key, err)
+	}
+	t.own.set(b, string(key), e)
+	return nil
 }
 
 // Scan calls fn on the records whose keys start with prefix and come after
 // from (from itself excluded; nil starts at the prefix), in key order, until
 // fn returns false.
 func (t *Tx) Scan(b Bucket, prefix, from []byte, fn func(key, raw []byte) (bool, error)) error {
-	c := t.tx.Bucket([]byte(b)).Cursor()
-	var k, v []byte
-	if from == nil {
-		k, v = c.Seek(prefix)
-	} else if k, v = c.Seek(from); k != nil && string(k) == string(from) {
-		k, v = c.Next()
+	seek := prefix
+	if from != nil {
+		seek = from
 	}
-	for ; k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
-		more, err := fn(k, v)
+	// The layers' entries in range, newest value of each key.
+	var over map[string]entry
+	for _, l := range t.levels() {
+		l.inRange(b, string(prefix), string(seek), func(k string, e entry) {
+			if over == nil {
+				over = map[string]entry{}
+			}
+			over[k] = e
+		})
+	}
+	keys := slices.Sorted(maps.Keys(over))
+	c := t.btx.Bucket([]byte(b)).Cursor()
+	k, v := c.Seek(seek)
+	inPrefix := func(k []byte) bool { return k != nil && bytes.HasPrefix(k, prefix) }
+	for {
+		var key, raw []byte
+		switch {
+		case len(keys) > 0 && (!inPrefix(k) || keys[0] <= string(k)):
+			if inPrefix(k) && keys[0] == string(k) {
+				k, v = c.Next() // the layer's value replaces the file's
+			}
+			e := over[keys[0]]
+			key, keys = []byte(keys[0]), keys[1:]
+			if e.del {
+				continue
+			}
+			raw = e.val
+		case inPrefix(k):
+			key, raw = k, v
+			k, v = c.Next()
+		default:
+			return nil
+		}
+		if from != nil && bytes.Equal(key, from) {
+			continue
+		}
+		more, err := fn(key, raw)
 		if err != nil || !more {
 			return err
 		}
 	}
-	return nil
 }
 
 // Decode decodes one raw record handed to a Scan callback.

@@ -149,6 +149,11 @@ func syncDir(dir string) error {
 			return err
 		}
 	}
+	return syncFolder(dir)
+}
+
+// syncFolder makes the folder's entries (new and renamed files) durable.
+func syncFolder(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -51,16 +51,16 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12), // 1 ms to ~3 min
 		}, []string{"kind"}),
 		commits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wts_store_commits_total", Help: "Store transactions committed and fsynced (group commits).",
+			Name: "wts_store_commits_total", Help: "Group commits: store writes logged and fsynced together.",
 		}),
 		commitWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wts_store_commit_writes_total", Help: "Writes carried by those commits; divided by wts_store_commits_total it is the mean group size.",
 		}),
 		commitPages: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wts_store_commit_pages_total", Help: "Pages those commits wrote to the store file; per write it is the store's write amplification.",
+			Name: "wts_store_commit_pages_total", Help: "Pages those commits wrote (log records, and the store file's pages at checkpoints); per write it is the store's write amplification.",
 		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "wts_store_commit_duration_seconds", Help: "Time of one group commit, fsync included.",
+			Name: "wts_store_commit_duration_seconds", Help: "Time of one group commit, syncs included.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14), // 100 µs to ~0.8 s
 		}),
 	}
