@@ -25,8 +25,9 @@ type entry struct {
 // checkpoint moves them into it.
 type layer struct {
 	buckets map[Bucket]*bucketLayer
-	n       int // entries over all buckets
-	bytes   int // keys and values, roughly what the layer holds
+	n       int    // entries over all buckets
+	bytes   int    // keys and values, roughly what the layer holds
+	gen     uint64 // the log generation holding it, once published
 }
 
 type bucketLayer struct {
@@ -93,11 +94,13 @@ func (l *layer) freeze() *layer {
 	return l
 }
 
-// merged returns one frozen layer holding older with newer laid over it.
+// merged returns one frozen layer holding older with newer laid over it
+// (both of one generation).
 func merged(older, newer *layer) *layer {
 	m := newLayer()
 	m.absorb(older)
 	m.absorb(newer)
+	m.gen = newer.gen
 	return m.freeze()
 }
 

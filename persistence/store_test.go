@@ -116,3 +116,50 @@ func TestScan(t *testing.T) {
 		t.Errorf("write after Close: %v", err)
 	}
 }
+
+// BenchmarkUpdate is the group commit under concurrent writers, each
+// writing an operation-sized record (~300 bytes) at its own run's next key
+// and a small head record, as an accepted submission does: writes/s, the
+// mean group size, and the longest commit (one a checkpoint followed).
+func BenchmarkUpdate(b *testing.B) {
+	for _, writers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("writers%d", writers), func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "wts.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var commits, longest atomic.Int64
+			s.OnCommit(func(_, _ int, took time.Duration) {
+				commits.Add(1)
+				if int64(took) > longest.Load() { // only the commit loop calls this
+					longest.Store(int64(took))
+				}
+			})
+			payload := make([]byte, 300)
+			var next atomic.Int64
+			b.SetParallelism((writers + 1) / 2) // RunParallel starts this × GOMAXPROCS
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				run := fmt.Sprintf("wtr_%d", next.Add(1))
+				for seq := int64(1); pb.Next(); seq++ {
+					err := s.Update(func(tx *Tx) error {
+						if err := tx.Put(Ops, SeqKey(run, seq), payload); err != nil {
+							return err
+						}
+						return tx.Put(Heads, []byte(run), seq)
+					})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+			b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "writes/commit")
+			b.ReportMetric(time.Duration(longest.Load()).Seconds()*1000, "max-commit-ms")
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

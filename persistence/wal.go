@@ -14,8 +14,9 @@ import (
 // fdatasync: committed through bbolt, a group of ~16 writes rewrote ~60
 // B+tree pages at scattered offsets and synced twice, 4–6 ms a commit.
 // Records are the final values a group left (see layer), so replaying one
-// twice changes nothing; bbolt absorbs them at checkpoints (Store.checkpoint)
-// and the log then starts over under the next generation.
+// twice changes nothing. The log is two files used by turns, one
+// generation each: a checkpoint moves a finished generation into bbolt
+// while the next is being written (Store.checkpoint).
 //
 // Layout: a 16-byte header (walMagic, then the generation, little-endian),
 // then records: payload length (uint32), CRC-32C of the generation and the
@@ -44,11 +45,9 @@ type wal struct {
 	buf  []byte
 }
 
-// openWAL opens the log at path, creating it when missing, and returns the
-// records of its generation if that is newer than absorbed (the generation
-// the store file last took in), in order. The caller applies them and then
-// calls reset.
-func openWAL(path string, absorbed uint64) (*wal, [][]byte, error) {
+// openWAL opens one log file, creating it (as generation 0, which holds
+// nothing) when missing, and returns its generation's valid records.
+func openWAL(path string) (*wal, [][]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open log: %w", err)
@@ -61,7 +60,7 @@ func openWAL(path string, absorbed uint64) (*wal, [][]byte, error) {
 	}
 	w.size = st.Size()
 	if w.size == 0 { // new: allocate, then make the file's name durable
-		if err := w.reset(absorbed + 1); err != nil {
+		if err := w.reset(0); err != nil {
 			f.Close()
 			return nil, nil, err
 		}
@@ -81,9 +80,6 @@ func openWAL(path string, absorbed uint64) (*wal, [][]byte, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, errCorruptLog)
 	}
 	w.gen, w.off = binary.LittleEndian.Uint64(data[8:16]), walHeader
-	if w.gen <= absorbed {
-		return w, nil, nil
-	}
 	recs, _ := readRecords(data[walHeader:], w.gen)
 	return w, recs, nil
 }
@@ -161,7 +157,7 @@ func (w *wal) grow(need int64) error {
 	return nil
 }
 
-// reset starts the log over under generation gen; the records before it
+// reset starts the file over under generation gen; the records it held
 // must be in the store file.
 func (w *wal) reset(gen uint64) error {
 	if err := w.grow(walInitial); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // crash stops s as a killed process would: no checkpoint, nothing flushed
@@ -23,9 +24,10 @@ func crash(t *testing.T, s *Store) {
 	close(s.queue)
 	s.mu.Unlock()
 	<-s.done
-	if err := s.log.close(); err != nil {
-		t.Fatal(err)
+	if s.ckpt != nil { // let a running checkpoint land or not: it syncs either way
+		<-s.ckpt
 	}
+	s.closeLogs()
 	if err := s.db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +215,9 @@ var errRefused = fmt.Errorf("refused")
 
 // A crash loses nothing acknowledged; a torn record at the log's tail (a
 // write that was never acknowledged) is dropped, and so are records of an
-// older generation left past the tail after a checkpoint.
+// older generation left past a newer one's tail.
 func TestLogRecovery(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "wts.db")
+	path := filepath.Join(t.TempDir(), "wts.db")
 	put := func(s *Store, k string, v int64) {
 		t.Helper()
 		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, []byte(k), v) }); err != nil {
@@ -245,19 +246,15 @@ func TestLogRecovery(t *testing.T) {
 	}
 	crash(t, s)
 
-	// Tear the last record: cut its last byte off (zeros follow).
-	data, err := os.ReadFile(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := binary.LittleEndian.Uint64(data[8:walHeader])
+	// Tear the last record: zero its last byte.
+	file, data, gen := newestLog(t, path)
 	_, end := readRecords(data[walHeader:], gen)
 	if end == 0 {
 		t.Fatal("no records in the log")
 	}
 	torn := bytes.Clone(data)
 	torn[walHeader+end-1] = 0
-	if err := os.WriteFile(path+"-wal", torn, 0o600); err != nil {
+	if err := os.WriteFile(file, torn, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if s, err = Open(path); err != nil {
@@ -271,28 +268,23 @@ func TestLogRecovery(t *testing.T) {
 	if _, ok := get(s, "a9"); ok {
 		t.Fatal("the torn record was replayed")
 	}
-	// Open replayed and started a new generation; a write and a crash,
-	// then the bytes of the old generation's records put back after it:
-	// they must not come back.
+	// Open replayed that generation and started the next, in the other
+	// file; a write and a crash, then the old generation's records put
+	// back after the new one's: they must not come back.
 	put(s, "b", 1)
 	crash(t, s)
-	now, err := os.ReadFile(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newGen := binary.LittleEndian.Uint64(now[8:walHeader])
+	file2, now, newGen := newestLog(t, path)
 	_, newEnd := readRecords(now[walHeader:], newGen)
-	if newGen <= gen || newEnd == 0 {
-		t.Fatalf("generation %d → %d, %d bytes of records", gen, newGen, newEnd)
+	if file2 == file || newGen <= gen || newEnd == 0 {
+		t.Fatalf("generation %d → %d (%s → %s), %d bytes of records", gen, newGen, file, file2, newEnd)
 	}
 	stale := append(bytes.Clone(now[:walHeader+newEnd]), data[walHeader:walHeader+end]...)
-	if err := os.WriteFile(path+"-wal", stale, 0o600); err != nil {
+	if err := os.WriteFile(file2, stale, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if s, err = Open(path); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	if v, ok := get(s, "b"); !ok || v != 1 {
 		t.Fatalf("b after a crash: %d %v", v, ok)
 	}
@@ -301,13 +293,35 @@ func TestLogRecovery(t *testing.T) {
 	}
 
 	// A log that is not ours stops the open.
-	s.Close()
-	if err := os.WriteFile(path+"-wal", []byte("not a log at all"), 0o600); err != nil {
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file2, []byte("not a log at all"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "not a wts log") {
 		t.Fatalf("open with a foreign log: %v", err)
 	}
+}
+
+// newestLog returns the log file of the store at path that holds the
+// newest generation, its bytes and that generation.
+func newestLog(t *testing.T, path string) (string, []byte, uint64) {
+	t.Helper()
+	var file string
+	var data []byte
+	var gen uint64
+	for i := range 2 {
+		f := fmt.Sprintf("%s-wal.%d", path, i)
+		d, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := binary.LittleEndian.Uint64(d[8:walHeader]); file == "" || g > gen {
+			file, data, gen = f, d, g
+		}
+	}
+	return file, data, gen
 }
 
 // A group's record decodes to the layer it was made from.
@@ -350,4 +364,75 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoded record: %v, %d entries vs %d", err, again.n, l.n)
 		}
 	})
+}
+
+// Readers see whole group commits, whatever checkpoints land meanwhile
+// (even between taking the layers and opening the file): one writer sets
+// two keys to a counter i and adds record i in each write, and readers
+// running alongside never see the keys differ or go back, or a record past
+// them.
+func TestSnapshotsAcrossCheckpoints(t *testing.T) {
+	defer func(n int, gap func()) { checkpointEntries, snapshotGap = n, gap }(checkpointEntries, snapshotGap)
+	checkpointEntries = 5
+	snapshotGap = func() { time.Sleep(time.Millisecond) } // checkpoints land between the halves
+	s, err := Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const writes = 400
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last int64
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var x, y, v int64
+				var at, after bool
+				err := s.View(func(tx *Tx) (err error) {
+					if _, err = tx.Get(Metrics, []byte("x"), &x); err != nil {
+						return err
+					}
+					if _, err = tx.Get(Heads, []byte("y"), &y); err != nil {
+						return err
+					}
+					if at, err = tx.Get(Ops, SeqKey("wtr_a", x), &v); err != nil {
+						return err
+					}
+					after, err = tx.Get(Ops, SeqKey("wtr_a", x+1), &v)
+					return err
+				})
+				if err != nil || x != y || x < last || at != (x > 0) || after {
+					t.Errorf("read x=%d y=%d after %d, record %d there %v, record %d there %v: %v", x, y, last, x, at, x+1, after, err)
+					return
+				}
+				last = x
+			}
+		}()
+	}
+	for i := int64(1); i <= writes; i++ {
+		err := s.Update(func(tx *Tx) error {
+			if err := tx.Put(Metrics, []byte("x"), i); err != nil {
+				return err
+			}
+			if err := tx.Put(Heads, []byte("y"), i); err != nil {
+				return err
+			}
+			// A new key each write: a reader that saw x from an old layer
+			// and this key from a newer file would see them disagree.
+			return tx.Put(Ops, SeqKey("wtr_a", i), i)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
