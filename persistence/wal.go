@@ -111,16 +111,17 @@ func recordSum(gen uint64, payload []byte) uint32 {
 	return crc32.Update(crc32.Update(0, crcTable, g[:]), crcTable, payload)
 }
 
-// append writes one record and returns once it is on disk, with the bytes
-// it took.
-func (w *wal) append(payload []byte) (int, error) {
+// append writes l as one record and returns once it is on disk, with the
+// bytes it took. The record is encoded in place after its header's room.
+func (w *wal) append(l *layer) (int, error) {
+	w.buf = l.encode(append(w.buf[:0], make([]byte, walRecordHdr)...))
+	payload := w.buf[walRecordHdr:]
 	if len(payload) == 0 || len(payload) > maxRecord {
 		return 0, fmt.Errorf("log record of %d bytes", len(payload))
 	}
-	n := walRecordHdr + len(payload)
-	w.buf = binary.LittleEndian.AppendUint32(w.buf[:0], uint32(len(payload)))
-	w.buf = binary.LittleEndian.AppendUint32(w.buf, recordSum(w.gen, payload))
-	w.buf = append(w.buf, payload...)
+	binary.LittleEndian.PutUint32(w.buf, uint32(len(payload)))
+	binary.LittleEndian.PutUint32(w.buf[4:], recordSum(w.gen, payload))
+	n := len(w.buf)
 	if err := w.grow(w.off + int64(n)); err != nil {
 		return 0, err
 	}
