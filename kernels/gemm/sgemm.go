@@ -105,34 +105,61 @@ func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []floa
 			}
 		}
 	}
+	j := narrowJob{ta: ta, m: m, n: n, k: k, panels: panels, a: a, lda: lda, src: inPlace(ta, a, lda), pb: pb, c: c, ldc: ldc}
 	full := m / mr
-	src := inPlace(ta, a, lda)
-	block := func(i0 int, ap []float32) { // ap: room to pack the edge tile, nil for whole tiles
-		for pc := 0; pc < k; pc += kc {
-			kb := min(kc, k-pc)
-			blk, rows := src.from(i0, pc), mr
-			if ap != nil {
-				rows = m - i0
-				packA(ta, a, lda, i0, rows, pc, kb, 1, ap[:mr*kb])
-				blk = aBlock{a: ap[:mr*kb]}
-			}
-			for q := 0; q < panels; q++ {
-				bp := pb[pc*panels*nr+q*nr*kb : pc*panels*nr+(q+1)*nr*kb]
-				panelTiles(blk, bp, c, ldc, i0, rows, q*nr, kb, min(nr, n-q*nr), &bp[0])
-			}
+	if full < 2*4 { // too few blocks for par.For to share: no closure to allocate
+		for blk := 0; blk < full; blk++ {
+			j.block(blk*mr, nil)
 		}
+	} else {
+		shared := j
+		loop(full, 4, func(lo, hi int) {
+			for blk := lo; blk < hi; blk++ {
+				shared.block(blk*mr, nil)
+			}
+		})
 	}
-	loop(full, 4, func(lo, hi int) {
-		for blk := lo; blk < hi; blk++ {
-			block(blk*mr, nil)
-		}
-	})
 	if full*mr < m {
 		// A stack array here was cleared on every block, whole tiles too:
 		// 6 KiB each, 85 times for a LoRA product of 512 rows.
 		ap := getBuf(mr * kc)
-		block(full*mr, *ap)
+		j.block(full*mr, *ap)
 		packPool.Put(ap)
+	}
+}
+
+// narrowJob is one narrowGemm product: op(A) [m, k] read in place (src),
+// B packed whole into pb, C [m, n]. A struct, not a closure: a closure
+// capturing all this was allocated on every call (a small model's forward
+// makes dozens), and the tiny-model submissions of the API benchmark spent
+// a twelfth of their allocation there.
+type narrowJob struct {
+	ta      bool
+	m, n, k int
+	panels  int
+	a       []float32
+	lda     int
+	src     aBlock
+	pb, c   []float32
+	ldc     int
+}
+
+// block multiplies the six rows from i0; ap is room to pack them when they
+// are the edge tile (fewer rows), nil for a whole tile read in place.
+func (j *narrowJob) block(i0 int, ap []float32) {
+	for pc := 0; pc < j.k; pc += kc {
+		kb := min(kc, j.k-pc)
+		blk, rows := j.src.from(i0, pc), mr
+		if ap != nil {
+			rows = j.m - i0
+			packA(j.ta, j.a, j.lda, i0, rows, pc, kb, 1, ap[:mr*kb])
+			blk = aBlock{a: ap[:mr*kb]}
+		}
+		base := pc * j.panels * nr
+		for q := 0; q < j.panels; q++ {
+			bp := j.pb[base+q*nr*kb : base+(q+1)*nr*kb]
+			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0])
+		}
 	}
 }
 

@@ -82,6 +82,9 @@ func sigmoidChunk[F Float](s, g []F) {
 // portable SwiGLU, for float64, machines without AVX2 and the vector
 // kernels' tails.
 func withSigmoid[F Float](g []F, lo, hi int, fn func(lo, hi int, s []F)) {
+	if lo >= hi { // the vector kernels did it all; s below escapes to the heap
+		return
+	}
 	var s [vecChunk]F
 	for c := lo; c < hi; c += vecChunk {
 		e := min(c+vecChunk, hi)
