@@ -245,7 +245,7 @@ func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence
 }
 
 // write commits fn's changes to a copy of the run record and, once durable,
-// makes the copy the grain's. fn may run more than once.
+// makes the copy the grain's; if the write fails, nothing of fn's stays.
 //
 // The fence and next seq_id are the run's small Head record, so that the
 // check reads a few bytes rather than decoding the run, and the run record
@@ -527,8 +527,8 @@ type advanced struct {
 // ended), and the first other operation is marked executing. Doing this in
 // the transaction that recorded the previous operation's outcome gives a
 // busy run one commit per operation, not two. It reads the grain's queue
-// without changing it (the write may run it more than once); started
-// applies the outcome once the write is durable.
+// without changing it (the write may still fail); started applies the
+// outcome once the write is durable.
 func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
 	now := g.sys.now()
 	for i, seq := range queue {

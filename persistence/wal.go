@@ -114,7 +114,8 @@ func recordSum(gen uint64, payload []byte) uint32 {
 // append writes l as one record and returns once it is on disk, with the
 // bytes it took. The record is encoded in place after its header's room.
 func (w *wal) append(l *layer) (int, error) {
-	w.buf = l.encode(append(w.buf[:0], make([]byte, walRecordHdr)...))
+	var hdr [walRecordHdr]byte // filled in once the payload is known
+	w.buf = l.encode(append(w.buf[:0], hdr[:]...))
 	payload := w.buf[walRecordHdr:]
 	if len(payload) == 0 || len(payload) > maxRecord {
 		return 0, fmt.Errorf("log record of %d bytes", len(payload))
