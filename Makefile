@@ -11,6 +11,7 @@ build:
 test: vet lint-openapi hub-client
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
+	$(GO) test -race -count=1 ./actors/ ./persistence/
 
 vet:
 	$(GO) vet ./...

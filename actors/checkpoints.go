@@ -281,8 +281,8 @@ func (s *System) Retire(t persistence.Tenant, runID, requestID string) (*RetireR
 	return &out, s.call(runKind, runID, "run.retire", Control{t, requestID}, &out)
 }
 
-func (g *runGrain) retire(_ actor.Context, body []byte) (any, error) {
-	req, err := decode[Control](body)
+func (g *runGrain) retire(_ actor.Context, in msg) (any, error) {
+	req, err := decode[Control](in)
 	if err != nil {
 		return nil, err
 	}

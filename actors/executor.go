@@ -15,7 +15,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/wts-project/wts/actors/payload"
-	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/train"
@@ -49,7 +48,7 @@ type job struct {
 // free meanwhile, so cancels and releases never wait behind a long job.
 type executor struct {
 	sys     *System
-	jobs    chan func()
+	jobs    *inbox[func()]
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc // "run/seq" → cancel, from submit until the job ends
 	drained chan struct{}
@@ -72,7 +71,7 @@ const progressEvery = 250 * time.Millisecond
 
 func newExecutor(s *System) *executor {
 	e := &executor{
-		sys: s, jobs: make(chan func(), 1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
+		sys: s, jobs: newInbox[func()](1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
 		trainers: map[string]*trainerState{},
 	}
 	go e.work()
@@ -88,38 +87,38 @@ type jobRef struct {
 
 // Receive takes the grains' commands.
 func (e *executor) Receive(ctx actor.Context) {
-	c, ok := ctx.Message().(*wire.Call)
+	method, in, _, ok := request(ctx.Message())
 	if !ok {
 		return
 	}
 	var err error
-	switch c.Method {
+	switch method {
 	case "exec.job":
 		var j *job
-		if j, err = decode[job](c.Body); err == nil {
+		if j, err = decode[job](in); err == nil {
 			e.submit(j)
 		}
 	case "exec.cancel":
 		var r *jobRef
-		if r, err = decode[jobRef](c.Body); err == nil {
+		if r, err = decode[jobRef](in); err == nil {
 			e.cancel(r.RunID, r.SeqID)
 		}
 	case "exec.release":
 		var r *jobRef
-		if r, err = decode[jobRef](c.Body); err == nil {
+		if r, err = decode[jobRef](in); err == nil {
 			e.release(r.RunID)
 		}
 	default:
-		err = fmt.Errorf("unknown method %q", c.Method)
+		err = fmt.Errorf("unknown method %q", method)
 	}
 	if err != nil {
-		e.sys.log.Error("executor command", "method", c.Method, "err", err)
+		e.sys.log.Error("executor command", "method", method, "err", err)
 	}
 }
 
 func (e *executor) work() {
 	defer close(e.drained)
-	for fn := range e.jobs {
+	for fn := range e.jobs.c {
 		fn()
 	}
 }
@@ -133,7 +132,15 @@ func (e *executor) submit(j *job) {
 	e.mu.Lock()
 	e.cancels[jobKey(j.RunID, j.SeqID)] = cancel
 	e.mu.Unlock()
-	e.jobs <- func() { e.run(ctx, j) }
+	if !e.jobs.put(func() { e.run(ctx, j) }) {
+		// Stopping: the operation stays executing on disk, and the next
+		// start settles it as interrupted, as for any stop mid-work.
+		e.mu.Lock()
+		delete(e.cancels, jobKey(j.RunID, j.SeqID))
+		e.mu.Unlock()
+		cancel()
+		e.sys.log.Warn("job refused: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
+	}
 }
 
 func (e *executor) cancel(runID string, seq int64) {
@@ -146,13 +153,13 @@ func (e *executor) cancel(runID string, seq int64) {
 
 // release drops a run's trainer once the jobs queued before it are done.
 func (e *executor) release(runID string) {
-	e.jobs <- func() { delete(e.trainers, runID) }
+	e.jobs.put(func() { delete(e.trainers, runID) })
 }
 
 // drain stops taking jobs and waits for the queued ones; when ctx ends first,
 // the rest are cancelled (and report so) before it returns.
 func (e *executor) drain(ctx context.Context) {
-	close(e.jobs)
+	e.jobs.close()
 	select {
 	case <-e.drained:
 		return

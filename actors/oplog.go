@@ -7,7 +7,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 
-	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -118,27 +117,31 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 		if b.err = activate(); b.err == nil && resume != nil {
 			resume()
 		}
-	case *wire.Call:
-		h := b.methods[m.Method]
+	default:
+		method, in, isLocal, ok := request(m)
+		if !ok {
+			return
+		}
+		h := b.methods[method]
 		switch {
 		case b.err != nil:
-			h = func(actor.Context, []byte) (any, error) { return nil, b.err }
+			h = func(actor.Context, msg) (any, error) { return nil, b.err }
 		case h == nil:
-			h = func(actor.Context, []byte) (any, error) { return nil, fmt.Errorf("unknown method %q", m.Method) }
+			h = func(actor.Context, msg) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
 		}
-		answer(ctx, b.sys.log, m, h)
+		answer(ctx, b.sys.log, method, in, isLocal, h)
 	}
 }
 
 // awake answers a call that only activates its grain.
-func awake(actor.Context, []byte) (any, error) { return struct{}{}, nil }
+func awake(actor.Context, msg) (any, error) { return struct{}{}, nil }
 
 // admit decodes a submission to the grain and answers what needs no new
 // operation: another tenant's (not found, as what) and a repeat of an
 // idempotency key (the original). Otherwise it returns the submission and
 // its idempotency key, with a nil Accepted.
-func (b *grain) admit(body []byte, owner persistence.Tenant, what string) (*Submission, []byte, *Accepted, error) {
-	sub, err := decode[Submission](body)
+func (b *grain) admit(in msg, owner persistence.Tenant, what string) (*Submission, []byte, *Accepted, error) {
+	sub, err := decode[Submission](in)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -177,8 +180,8 @@ func sweepQueue(tx *persistence.Tx, owner string, queue []int64, fn func(op *per
 // outcome decodes an executor's report on an operation and keeps it only
 // when it is about the one this activation has executing: a report meant
 // for an older activation is dropped (recovery settled that operation).
-func outcome(body []byte, epoch uint64, executing int64) (*done, error) {
-	d, err := decode[done](body)
+func outcome(in msg, epoch uint64, executing int64) (*done, error) {
+	d, err := decode[done](in)
 	if err != nil || d.Epoch != epoch || d.SeqID != executing {
 		return nil, err
 	}

@@ -291,8 +291,8 @@ func accepting(r *persistence.Run) error {
 	return nil
 }
 
-func (g *runGrain) submit(_ actor.Context, body []byte) (any, error) {
-	sub, key, acc, err := g.admit(body, g.run.Tenant, "run")
+func (g *runGrain) submit(_ actor.Context, in msg) (any, error) {
+	sub, key, acc, err := g.admit(in, g.run.Tenant, "run")
 	if err != nil || acc != nil {
 		return acc, err
 	}
@@ -418,8 +418,8 @@ func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accep
 	return handle(op, true), nil
 }
 
-func (g *runGrain) finish(_ actor.Context, body []byte) (any, error) {
-	req, err := decode[Control](body)
+func (g *runGrain) finish(_ actor.Context, in msg) (any, error) {
+	req, err := decode[Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -430,8 +430,8 @@ func (g *runGrain) finish(_ actor.Context, body []byte) (any, error) {
 	return acc, err
 }
 
-func (g *runGrain) cancel(_ actor.Context, body []byte) (any, error) {
-	req, err := decode[Control](body)
+func (g *runGrain) cancel(_ actor.Context, in msg) (any, error) {
+	req, err := decode[Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -443,8 +443,8 @@ func (g *runGrain) cancel(_ actor.Context, body []byte) (any, error) {
 }
 
 // end is the session ending the run (session close or lease expiry).
-func (g *runGrain) end(_ actor.Context, body []byte) (any, error) {
-	req, err := decode[runEnd](body)
+func (g *runGrain) end(_ actor.Context, in msg) (any, error) {
+	req, err := decode[runEnd](in)
 	if err != nil {
 		return nil, err
 	}
@@ -613,8 +613,8 @@ type done struct {
 	Handoff       bool  // a run-scoped sample goes on in the sampler
 }
 
-func (g *runGrain) execDone(_ actor.Context, body []byte) (any, error) {
-	d, err := outcome(body, g.epoch, g.executing)
+func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
+	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
 		return nil, err
 	}
@@ -733,8 +733,8 @@ type progressUpdate struct {
 	Progress json.RawMessage
 }
 
-func (g *runGrain) execProgress(_ actor.Context, body []byte) (any, error) {
-	p, err := decode[progressUpdate](body)
+func (g *runGrain) execProgress(_ actor.Context, in msg) (any, error) {
+	p, err := decode[progressUpdate](in)
 	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}

@@ -122,8 +122,8 @@ func (g *samplerGrain) write(fn func(tx *persistence.Tx, r *persistence.Sampler)
 	return err
 }
 
-func (g *samplerGrain) submit(_ actor.Context, body []byte) (any, error) {
-	sub, key, acc, err := g.admit(body, g.rec.Tenant, "sampler")
+func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
+	sub, key, acc, err := g.admit(in, g.rec.Tenant, "sampler")
 	if err != nil || acc != nil {
 		return acc, err
 	}
@@ -187,8 +187,8 @@ func (g *samplerGrain) run(op *persistence.Operation) {
 // weightsUpdate tells a sampler of its run's new latest weight version.
 type weightsUpdate struct{ Version int64 }
 
-func (g *samplerGrain) weights(_ actor.Context, body []byte) (any, error) {
-	w, err := decode[weightsUpdate](body)
+func (g *samplerGrain) weights(_ actor.Context, in msg) (any, error) {
+	w, err := decode[weightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +199,8 @@ func (g *samplerGrain) weights(_ actor.Context, body []byte) (any, error) {
 
 // runEnd is the run's end: its latest version is final, so parked
 // operations that want more can never run.
-func (g *samplerGrain) runEnd(_ actor.Context, body []byte) (any, error) {
-	w, err := decode[weightsUpdate](body)
+func (g *samplerGrain) runEnd(_ actor.Context, in msg) (any, error) {
+	w, err := decode[weightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -317,8 +317,8 @@ func (g *samplerGrain) sync(version int64) {
 	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
 }
 
-func (g *samplerGrain) synced(_ actor.Context, body []byte) (any, error) {
-	s, err := decode[synced](body)
+func (g *samplerGrain) synced(_ actor.Context, in msg) (any, error) {
+	s, err := decode[synced](in)
 	if err != nil || s.Epoch != g.epoch || s.Version != g.syncing {
 		return nil, err
 	}
@@ -388,8 +388,8 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	return nil
 }
 
-func (g *samplerGrain) execDone(_ actor.Context, body []byte) (any, error) {
-	d, err := outcome(body, g.epoch, g.executing)
+func (g *samplerGrain) execDone(_ actor.Context, in msg) (any, error) {
+	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
 		return nil, err
 	}
@@ -424,8 +424,8 @@ type runSample struct {
 	Version  int64
 }
 
-func (g *samplerGrain) sampleForRun(_ actor.Context, body []byte) (any, error) {
-	rs, err := decode[runSample](body)
+func (g *samplerGrain) sampleForRun(_ actor.Context, in msg) (any, error) {
+	rs, err := decode[runSample](in)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +438,7 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, body []byte) (any, error) {
 
 // idle releases a sampler nobody has used for a while: its adapter leaves
 // the executor's memory (status absent) and comes back on the next demand.
-func (g *samplerGrain) idle(actor.Context, []byte) (any, error) {
+func (g *samplerGrain) idle(actor.Context, msg) (any, error) {
 	if g.rec.Status != SamplerReady || g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 ||
 		g.sys.now().Sub(g.rec.LastActivityAt) < g.sys.cfg.SamplerIdle {
 		return struct{}{}, nil
@@ -486,7 +486,7 @@ func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
 
 // retire ends the sampler with its run: queued operations are cancelled,
 // its adapter leaves memory, and it takes no more work.
-func (g *samplerGrain) retire(actor.Context, []byte) (any, error) {
+func (g *samplerGrain) retire(actor.Context, msg) (any, error) {
 	if g.rec.Status == SamplerRetired {
 		return struct{}{}, nil
 	}

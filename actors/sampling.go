@@ -9,7 +9,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/wts-project/wts/actors/payload"
-	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/sampler"
 	"github.com/wts-project/wts/kernels/transformer"
@@ -27,7 +26,7 @@ import (
 // request that arrives joins at the next step.
 type samplingExecutor struct {
 	sys  *System
-	cmds chan samplingCmd
+	cmds *inbox[samplingCmd]
 	done chan struct{}
 
 	// Owned by the worker goroutine.
@@ -85,7 +84,7 @@ type synced struct {
 }
 
 func newSamplingExecutor(s *System) *samplingExecutor {
-	e := &samplingExecutor{sys: s, cmds: make(chan samplingCmd, 1024), done: make(chan struct{}), held: map[string]*heldAdapter{}}
+	e := &samplingExecutor{sys: s, cmds: newInbox[samplingCmd](1024), done: make(chan struct{}), held: map[string]*heldAdapter{}}
 	go e.work()
 	return e
 }
@@ -99,7 +98,7 @@ func (e *samplingExecutor) work() {
 	open := true
 	for open || len(e.flying) > 0 {
 		if len(e.flying) == 0 {
-			c, ok := <-e.cmds
+			c, ok := <-e.cmds.c
 			if !ok {
 				return
 			}
@@ -108,7 +107,7 @@ func (e *samplingExecutor) work() {
 	drain:
 		for open {
 			select {
-			case c, ok := <-e.cmds:
+			case c, ok := <-e.cmds.c:
 				if !ok {
 					open = false
 					break drain
@@ -263,29 +262,29 @@ func (e *samplingExecutor) report(j *samplingJob, d *done, start time.Time) {
 
 // Receive takes the sampler grains' commands.
 func (e *samplingExecutor) Receive(ctx actor.Context) {
-	c, ok := ctx.Message().(*wire.Call)
+	method, in, _, ok := request(ctx.Message())
 	if !ok {
 		return
 	}
-	switch c.Method {
+	switch method {
 	case "samp.job":
-		j, err := decode[samplingJob](c.Body)
+		j, err := decode[samplingJob](in)
 		if err != nil {
 			e.sys.log.Error("sampling command", "err", err)
 			return
 		}
-		e.cmds <- samplingCmd{job: j}
+		e.cmds.put(samplingCmd{job: j})
 	case "samp.release":
-		r, err := decode[jobRef](c.Body)
+		r, err := decode[jobRef](in)
 		if err == nil {
-			e.cmds <- samplingCmd{release: r.RunID} // RunID carries the sampler id
+			e.cmds.put(samplingCmd{release: r.RunID}) // RunID carries the sampler id
 		}
 	}
 }
 
 // stop finishes the queued jobs and the requests in flight.
 func (e *samplingExecutor) stop() {
-	close(e.cmds)
+	e.cmds.close()
 	<-e.done
 }
 

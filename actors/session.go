@@ -215,8 +215,8 @@ func (g *sessionGrain) live(ss *persistence.Session) error {
 	return nil
 }
 
-func (g *sessionGrain) heartbeat(_ actor.Context, body []byte) (any, error) {
-	t, err := decode[persistence.Tenant](body)
+func (g *sessionGrain) heartbeat(_ actor.Context, in msg) (any, error) {
+	t, err := decode[persistence.Tenant](in)
 	if err != nil {
 		return nil, err
 	}
@@ -229,8 +229,8 @@ func (g *sessionGrain) heartbeat(_ actor.Context, body []byte) (any, error) {
 	})
 }
 
-func (g *sessionGrain) createRun(_ actor.Context, body []byte) (any, error) {
-	req, err := decode[NewRun](body)
+func (g *sessionGrain) createRun(_ actor.Context, in msg) (any, error) {
+	req, err := decode[NewRun](in)
 	if err != nil {
 		return nil, err
 	}
@@ -328,15 +328,15 @@ func loraConfig(l *persistence.LoRA) lora.Config {
 	return c
 }
 
-func (g *sessionGrain) close(_ actor.Context, body []byte) (any, error) {
-	t, err := decode[persistence.Tenant](body)
+func (g *sessionGrain) close(_ actor.Context, in msg) (any, error) {
+	t, err := decode[persistence.Tenant](in)
 	if err != nil {
 		return nil, err
 	}
 	return g.end(t, SessionClosing, RunCancelled, "")
 }
 
-func (g *sessionGrain) expire(actor.Context, []byte) (any, error) {
+func (g *sessionGrain) expire(actor.Context, msg) (any, error) {
 	return g.end(nil, SessionTimedOut, RunTimedOut, CodeTimedOut)
 }
 
@@ -379,7 +379,7 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 }
 
 // runEnded closes a closing session once its run has ended.
-func (g *sessionGrain) runEnded(actor.Context, []byte) (any, error) {
+func (g *sessionGrain) runEnded(actor.Context, msg) (any, error) {
 	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session) error {
 		if ss.Status == SessionClosing {
 			return move(SessionMoves, &ss.Status, SessionClosed)

@@ -4,10 +4,11 @@
 // 	protoc        v3.21.12
 // source: wire.proto
 
-// Package wire holds the only messages that cross an actor boundary. Their
-// bodies are msgpack-encoded Go structs named by `method`, so a new message
-// needs no new protobuf type, while protoactor's remote (which sends only
-// protobuf) can still carry every one of them between nodes.
+// Package wire holds the only messages that cross a node boundary (actors
+// of one node pass Go values instead). Their bodies are msgpack-encoded Go
+// structs named by `method`, so a new message needs no new protobuf type,
+// while protoactor's remote (which sends only protobuf) can still carry
+// every one of them between nodes.
 
 package wire
 

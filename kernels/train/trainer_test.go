@@ -16,7 +16,7 @@ import (
 	"github.com/wts-project/wts/kernels/transformer"
 )
 
-func newTrainer(t *testing.T, preset string, rank int) *Trainer {
+func newTrainer(t testing.TB, preset string, rank int) *Trainer {
 	t.Helper()
 	w, err := model.Random(model.Presets[preset], 1)
 	if err != nil {
@@ -218,4 +218,19 @@ func TestLearnsMapping(t *testing.T) {
 		}
 	}
 	t.Fatalf("only %d/%d exact after 150 steps; loss %.3f -> %.3f", exact, pairs, first, last)
+}
+
+// BenchmarkForwardTiny is the service's smallest operation: a forward of
+// one 16-token datum on the tiny model, where the engine's fixed costs per
+// call (dispatch, packing, scratch) are nearly all of it. The API benchmark
+// (bench/apibench) runs one per submission beside the HTTP work.
+func BenchmarkForwardTiny(b *testing.B) {
+	tr := newTrainer(b, "tiny", 4)
+	data := ceBatch(rng.New(1), 1, 16, 96)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tr.Forward(context.Background(), data, "cross_entropy", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
