@@ -38,6 +38,13 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 	a := randSlice(r, arows*lda)
 	b := randSlice(r, brows*ldb)
 	c := randSlice(r, m*ldc)
+	if beta == 0 { // C is not read: NaN there must not show
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				c[i*ldc+j] = float32(math.NaN())
+			}
+		}
+	}
 	want := append([]float32(nil), c...)
 	Ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, want, ldc)
 	Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -51,7 +58,7 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 				}
 				continue
 			}
-			if math.Abs(float64(g-w)) > tol {
+			if !(math.Abs(float64(g-w)) <= tol) {
 				t.Fatalf("ta=%v tb=%v m=%d n=%d k=%d: C[%d,%d]=%v want %v", ta, tb, m, n, k, i, j, g, w)
 			}
 		}
@@ -86,13 +93,15 @@ func TestKernelsMatchPortable(t *testing.T) {
 		a, b := randSlice(r, (k+mr)*lda), randSlice(r, k*nr)
 		for _, st := range [][2]int{{1, mr}, {lda, 1}, {1, lda}} {
 			for _, rows := range []int{mr, 4} {
-				c1 := randSlice(r, mr*20)
-				c2 := append([]float32(nil), c1...)
-				tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0], 0, 64)
-				tileGo(rows, k, a, st[0], st[1], b, c2, 20)
-				for i := range c1 {
-					if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
-						t.Fatalf("tile rows=%d k=%d strides %v [%d]: %v vs %v", rows, k, st, i, c1[i], c2[i])
+				for _, set := range []bool{false, true} {
+					c1 := randSlice(r, mr*20)
+					c2 := append([]float32(nil), c1...)
+					tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0], 0, 64, set)
+					tileGo(rows, k, a, st[0], st[1], b, c2, 20, set)
+					for i := range c1 {
+						if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
+							t.Fatalf("tile rows=%d k=%d strides %v set %v [%d]: %v vs %v", rows, k, st, set, i, c1[i], c2[i])
+						}
 					}
 				}
 			}
@@ -224,7 +233,7 @@ func BenchmarkKernel(b *testing.B) {
 		r := rng.New(1)
 		a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
 		for pb.Next() {
-			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64)
+			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false)
 		}
 	})
 	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -288,13 +297,14 @@ func TestPackedMatchesRef(t *testing.T) {
 	// Row counts cover the one-row kernels (m < 4), the few-rows path with
 	// whole tiles read in place (4, 10, 16, 96) and a packed tail (5, 7,
 	// 17), and the blocked path (100, 200); alpha 1 reads A in place, other
-	// alphas a scaled copy.
+	// alphas a scaled copy; beta 0 writes over C (NaN there) without reading it.
 	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {3, 50, 257}, {4, 70, 300}, {5, 16, 300}, {10, 40, 260},
 		{16, 3100, 70}, {17, 90, 520}, {96, 33, 64}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}}
 	for _, s := range shapes {
 		m, n, k := s[0], s[1], s[2]
 		for _, ta := range []bool{false, true} {
-			for _, alpha := range []float32{1, 0.5} {
+			for _, ab := range [][2]float32{{1, 1}, {0.5, 1}, {1, 0}, {0.5, 0}} {
+				alpha, beta := ab[0], ab[1]
 				lda := k + 1
 				if ta {
 					lda = m + 3
@@ -306,13 +316,20 @@ func TestPackedMatchesRef(t *testing.T) {
 				a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
 				ldc := n + 2
 				c := randSlice(r, m*ldc)
+				if beta == 0 { // C is not read: NaN there must not show
+					for i := 0; i < m; i++ {
+						for j := 0; j < n; j++ {
+							c[i*ldc+j] = float32(math.NaN())
+						}
+					}
+				}
 				c2 := append([]float32(nil), c...)
 				want := append([]float32(nil), c...)
-				Ref(ta, true, m, n, k, alpha, a, lda, w, k+2, 1, want, ldc)
+				Ref(ta, true, m, n, k, alpha, a, lda, w, k+2, beta, want, ldc)
 				// Both packs from one slab sized by PackedLen, which they
 				// must fill exactly.
 				slab := NewSlab(2 * PackedLen(n, k))
-				slab.PackT(w, n, k, k+2).Mul(ta, m, alpha, a, lda, 1, c, ldc)
+				slab.PackT(w, n, k, k+2).Mul(ta, m, alpha, a, lda, beta, c, ldc)
 				// The same product from B = Wᵀ stored as a [k, n] matrix.
 				wt := make([]float32, k*(n+1))
 				for j := 0; j < n; j++ {
@@ -320,13 +337,13 @@ func TestPackedMatchesRef(t *testing.T) {
 						wt[p*(n+1)+j] = w[j*(k+2)+p]
 					}
 				}
-				slab.PackN(wt, k, n, n+1).Mul(ta, m, alpha, a, lda, 1, c2, ldc)
+				slab.PackN(wt, k, n, n+1).Mul(ta, m, alpha, a, lda, beta, c2, ldc)
 				if len(slab.rest) != 0 {
 					t.Fatalf("n=%d k=%d: %d floats of the slab left", n, k, len(slab.rest))
 				}
 				for i := range c {
-					if math.Abs(float64(c[i]-want[i])) > 1e-5*float64(k+1) || math.Abs(float64(c2[i]-want[i])) > 1e-5*float64(k+1) {
-						t.Fatalf("m=%d n=%d k=%d ta=%v alpha=%v: [%d] %v / %v vs %v", m, n, k, ta, alpha, i, c[i], c2[i], want[i])
+					if !(math.Abs(float64(c[i]-want[i])) <= 1e-5*float64(k+1)) || !(math.Abs(float64(c2[i]-want[i])) <= 1e-5*float64(k+1)) {
+						t.Fatalf("m=%d n=%d k=%d ta=%v alpha=%v beta=%v: [%d] %v / %v vs %v", m, n, k, ta, alpha, beta, i, c[i], c2[i], want[i])
 					}
 				}
 			}

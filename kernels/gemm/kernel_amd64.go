@@ -8,20 +8,20 @@ import "golang.org/x/sys/cpu"
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
+func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 
 //go:noescape
-func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
+func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 
-// tile adds A·B into the rows×16 tile at c, rows 6 (mr) or 4, with A's
+// tile adds A·B into the rows×16 tile at c (set: writes it over c), rows 6 (mr) or 4, with A's
 // element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
 // row-major matrix read in place (rs lda, cs 1), or columns of one stored
 // transposed (rs 1, cs lda). b is a packed panel k deep. Each k step also
 // touches the byte poff + p·pstep of next (see panelTiles), so a panel
 // streaming from memory arrives while this one is multiplied.
-func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32, poff, pstep int) {
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32, poff, pstep int, set bool) {
 	if !useAVX || k == 0 {
-		tileGo(rows, k, a, rs, cs, b, c, ldc)
+		tileGo(rows, k, a, rs, cs, b, c, ldc, set)
 		return
 	}
 	// Bounds the assembly relies on, checked once per tile.
@@ -29,10 +29,10 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 	_ = b[k*nr-1]
 	_ = c[(rows-1)*ldc+nr-1]
 	if rows == 4 {
-		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep)
+		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
 		return
 	}
-	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep)
+	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
 }
 
 //go:noescape

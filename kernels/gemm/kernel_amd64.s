@@ -72,6 +72,13 @@
 	VMOVUPS hi, 32(DX) \
 	ADDQ R8, DX
 
+// Write one row of the tile over C (set: the first k block of a product
+// with beta 0, whose C was never cleared).
+#define SET(lo, hi) \
+	VMOVUPS lo, (DX) \
+	VMOVUPS hi, 32(DX) \
+	ADDQ R8, DX
+
 // The tile kernels' shared parts. Labels are local to each TEXT block, so
 // TILE_LOOP can appear once in each kernel. A's element (i, p) is at
 // a + 4·(i·rs + p·cs): R11 = 4·rs, R14 = 4·cs.
@@ -133,8 +140,8 @@ loop1: \
 	DECQ CX \
 	JNZ  loop1
 
-// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
-TEXT ·tile6x16AVX(SB), NOSPLIT, $0-80
+// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+TEXT ·tile6x16AVX(SB), NOSPLIT, $0-81
 	TILE_ARGS
 	// Touch the C tile now so its lines arrive while the k loop runs.
 	PREFETCHROW
@@ -147,6 +154,9 @@ TEXT ·tile6x16AVX(SB), NOSPLIT, $0-80
 	TILE_LOOP(STEP)
 
 store:
+	MOVBLZX set+80(FP), BX
+	TESTQ   BX, BX
+	JNE     set6
 	STORE(Y0, Y1)
 	STORE(Y2, Y3)
 	STORE(Y4, Y5)
@@ -156,11 +166,21 @@ store:
 	VZEROUPPER
 	RET
 
-// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int)
+set6:
+	SET(Y0, Y1)
+	SET(Y2, Y3)
+	SET(Y4, Y5)
+	SET(Y6, Y7)
+	SET(Y8, Y9)
+	SET(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 // The bottom tile of a row block whose height leaves four rows or fewer
 // (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
 // it writes C directly.
-TEXT ·tile4x16AVX(SB), NOSPLIT, $0-80
+TEXT ·tile4x16AVX(SB), NOSPLIT, $0-81
 	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW
@@ -170,10 +190,21 @@ TEXT ·tile4x16AVX(SB), NOSPLIT, $0-80
 	TILE_LOOP(STEP4)
 
 store:
+	MOVBLZX set+80(FP), BX
+	TESTQ   BX, BX
+	JNE     set4
 	STORE(Y0, Y1)
 	STORE(Y2, Y3)
 	STORE(Y4, Y5)
 	STORE(Y6, Y7)
+	VZEROUPPER
+	RET
+
+set4:
+	SET(Y0, Y1)
+	SET(Y2, Y3)
+	SET(Y4, Y5)
+	SET(Y6, Y7)
 	VZEROUPPER
 	RET
 

@@ -63,8 +63,9 @@ func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
 }
 
 // tileGo is tile's portable twin: it adds A·B into the first rows rows of
-// the tile at c, A's element (i, p) at a[i·rs + p·cs].
-func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int) {
+// the tile at c (set: writes it over them), A's element (i, p) at
+// a[i·rs + p·cs].
+func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, set bool) {
 	var acc [mr][nr]float32
 	for p := 0; p < k; p++ {
 		bp := b[p*nr : p*nr+nr]
@@ -77,6 +78,10 @@ func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int) {
 	}
 	for i := 0; i < rows; i++ {
 		row := c[i*ldc : i*ldc+nr]
+		if set {
+			copy(row, acc[i][:])
+			continue
+		}
 		for j := range row {
 			row[j] += acc[i][j]
 		}

@@ -67,11 +67,13 @@ func (p *Packed) mulBlocked(ta bool, m int, alpha float32, a []float32, lda int,
 	if n == 0 {
 		return
 	}
-	scaleC(m, n, beta, c, ldc)
+	if k == 0 || alpha == 0 || beta != 0 {
+		scaleC(m, n, beta, c, ldc)
+	}
 	if k == 0 || alpha == 0 {
 		return
 	}
-	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
+	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, beta == 0, func(jc, pc, kb int) []float32 {
 		base := p.data[p.blocks[pc/kc]:]
 		panels := (min(nc, n-jc) + nr - 1) / nr
 		return base[jc*kb : jc*kb+panels*nr*kb]
@@ -122,11 +124,14 @@ func mulFew(ps []Product) {
 		if pr.M == 0 || n == 0 {
 			continue
 		}
-		scaleC(pr.M, n, pr.Beta, pr.C, pr.Ldc)
 		if k == 0 || pr.Alpha == 0 {
+			scaleC(pr.M, n, pr.Beta, pr.C, pr.Ldc)
 			continue
 		}
 		pl := newRowsPlan(pr)
+		if !pl.set {
+			scaleC(pr.M, n, pr.Beta, pr.C, pr.Ldc)
+		}
 		plans = append(plans, pl)
 		units += pl.panels
 		work += pl.panels * nr * max(pr.M, streamRows) * k
@@ -170,6 +175,7 @@ type rowsPlan struct {
 	p      *Packed
 	m      int
 	gemv   bool      // m < packedGemvM and A not transposed: the one-row kernels
+	set    bool      // beta 0 and the tile kernels: the first k block writes C
 	a      []float32 // row-major A (alpha folded) for gemv
 	lda    int
 	src    aBlock // A in place for the tile kernels
@@ -194,6 +200,7 @@ func newRowsPlan(pr Product) rowsPlan {
 		return pl
 	}
 	pl.src = inPlace(ta, pl.a, pl.lda)
+	pl.set = pr.Beta == 0
 	pl.whole = m / mr * mr
 	if m-pl.whole == 4 {
 		pl.whole = m
@@ -261,9 +268,10 @@ func (pl *rowsPlan) tilePanels(lo, hi int) {
 			} else if q+1 < hi {
 				next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
 			}
-			panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next)
+			set := pl.set && pc == 0
+			panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next, set)
 			if pl.tail != nil {
-				panelTiles(aBlock{a: pl.tail[pc*mr:]}, bp, pl.c, pl.ldc, pl.whole, m-pl.whole, q*nr, kb, nw, next)
+				panelTiles(aBlock{a: pl.tail[pc*mr:]}, bp, pl.c, pl.ldc, pl.whole, m-pl.whole, q*nr, kb, nw, next, set)
 			}
 		}
 	}

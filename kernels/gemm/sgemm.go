@@ -53,25 +53,33 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 	if m == 0 || n == 0 {
 		return
 	}
-	scaleC(m, n, beta, c, ldc)
 	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
 		return
 	}
 	if m < smallM && tb && k >= smallK {
+		scaleC(m, n, beta, c, ldc)
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
 	if m < smallM && !ta && !tb && n <= 8*nr {
+		scaleC(m, n, beta, c, ldc)
 		rowAxpyGemm(m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
+	// The tile paths write C in their first k block when beta is 0 (see
+	// panelTiles), so only another beta scales it first.
+	set := beta == 0
+	if !set {
+		scaleC(m, n, beta, c, ldc)
+	}
 	if n <= narrowN && m >= 2*mr {
-		narrowGemm(loop, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		narrowGemm(loop, ta, tb, m, n, k, alpha, a, lda, b, ldb, c, ldc, set)
 		return
 	}
 	bufB := getBuf(kc * ((min(n, nc) + nr - 1) / nr * nr))
 	defer packPool.Put(bufB)
-	blocked(loop, ta, m, n, k, alpha, a, lda, c, ldc, func(jc, pc, kb int) []float32 {
+	blocked(loop, ta, m, n, k, alpha, a, lda, c, ldc, set, func(jc, pc, kb int) []float32 {
 		nb := min(nc, n-jc)
 		panels := (nb + nr - 1) / nr
 		pb := (*bufB)[:panels*nr*kb]
@@ -90,7 +98,7 @@ const narrowN = 2 * nr
 // narrowGemm serves products with a narrow op(B) (n <= narrowN): B, small,
 // is packed whole with alpha folded in; A is read where it lies, six rows at
 // a time; leftover rows go through a packed edge tile.
-func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, set bool) {
 	panels := (n + nr - 1) / nr
 	buf := getBuf(panels * nr * k)
 	defer packPool.Put(buf)
@@ -105,7 +113,7 @@ func narrowGemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []floa
 			}
 		}
 	}
-	j := narrowJob{ta: ta, m: m, n: n, k: k, panels: panels, a: a, lda: lda, src: inPlace(ta, a, lda), pb: pb, c: c, ldc: ldc}
+	j := narrowJob{ta: ta, m: m, n: n, k: k, panels: panels, a: a, lda: lda, src: inPlace(ta, a, lda), pb: pb, c: c, ldc: ldc, set: set}
 	full := m / mr
 	if full < 2*4 { // too few blocks for par.For to share: no closure to allocate
 		for blk := 0; blk < full; blk++ {
@@ -142,6 +150,7 @@ type narrowJob struct {
 	src     aBlock
 	pb, c   []float32
 	ldc     int
+	set     bool // beta 0: the first k block writes C
 }
 
 // block multiplies the six rows from i0; ap is room to pack them when they
@@ -158,7 +167,7 @@ func (j *narrowJob) block(i0 int, ap []float32) {
 		base := pc * j.panels * nr
 		for q := 0; q < j.panels; q++ {
 			bp := j.pb[base+q*nr*kb : base+(q+1)*nr*kb]
-			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0])
+			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0], j.set && pc == 0)
 		}
 	}
 }
@@ -166,7 +175,8 @@ func (j *narrowJob) block(i0 int, ap []float32) {
 // blocked is the packed GEMM's loop nest (BLIS order). panelsOf returns the
 // packed B panels of the block at (jc, pc), kb deep: packed on the spot, or
 // taken from a weight packed once (Packed).
-func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, lda int, c []float32, ldc int, panelsOf func(jc, pc, kb int) []float32) {
+// set: beta is 0 and C was not cleared, so the first k block writes it.
+func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, lda int, c []float32, ldc int, set bool, panelsOf func(jc, pc, kb int) []float32) {
 	blocks := (m + mc - 1) / mc
 	for jc := 0; jc < n; jc += nc {
 		panels := (min(nc, n-jc) + nr - 1) / nr
@@ -187,7 +197,7 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 						mb := min(mc, end-ic)
 						pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 						packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
-						macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, 0, panels)
+						macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, 0, panels, set && pc == 0)
 					}
 				})
 				continue
@@ -200,7 +210,7 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 				pa := (*bufA)[:(mb+mr-1)/mr*mr*kb]
 				packA(ta, a, lda, ic, mb, pc, kb, alpha, pa)
 				loop(panels, par.MinChunk(nr*mb*kb, 4), func(lo, hi int) {
-					macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, lo, hi)
+					macroKernel(pa, pb, c, ldc, ic, mb, jc, kb, n, lo, hi, set && pc == 0)
 				})
 			}
 			packPool.Put(bufA)
@@ -210,7 +220,7 @@ func blocked(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, ld
 
 // macroKernel multiplies a packed A block (mb rows at ic) by packed B panels
 // [qlo, qhi) of the block at jc, adding into C.
-func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
+func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int, set bool) {
 	for q := qlo; q < qhi; q++ {
 		bp := pb[q*nr*kb : (q+1)*nr*kb]
 		// The first tile of each panel pulls the next panel toward L1, so
@@ -220,7 +230,7 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int) {
 		if q+1 < qhi {
 			next = &pb[(q+1)*nr*kb]
 		}
-		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next)
+		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next, set)
 	}
 }
 
@@ -262,8 +272,11 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 // behind each other while the other tiles' time went unused. A tile of four
 // rows or fewer runs the 4-row kernel; edge tiles go through a local tile so
 // the kernel always writes whole rows. An in-place block must hold every row
-// a kernel reads: its tiles are 6 or 4 rows.
-func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32) {
+// a kernel reads: its tiles are 6 or 4 rows. set writes the products over C
+// instead of adding them: a product with beta 0 sets C in its first k block
+// rather than clearing it first, a serial pass over all of C while the
+// other cores wait (~2.5% of a 16-stream decode step).
+func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool) {
 	if mb <= 0 {
 		return
 	}
@@ -278,12 +291,16 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 		cOff := (ic+ir)*ldc + j0
 		poff := ir / mr * pstep * kb
 		if nw == nr && mw == rows {
-			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep)
+			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set)
 		} else {
 			var t [mr * nr]float32
-			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep)
+			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep, true)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
+				if set {
+					copy(row, t[i*nr:])
+					continue
+				}
 				for j := range row {
 					row[j] += t[i*nr+j]
 				}
