@@ -11,6 +11,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -171,6 +172,11 @@ func (s *System) now() time.Time { return s.cfg.Now().UTC() }
 func (s *System) call(kind, id, method string, req, resp any) error {
 	if pid := s.localPID(kind, id); pid != nil {
 		r, err := s.actors.Root.RequestFuture(pid, &local{method: method, val: req}, s.cluster.Config.RequestTimeoutTime).Result()
+		if err != nil && !errors.Is(err, actor.ErrDeadLetter) {
+			// No answer in time: the grain may still act on it, so it is
+			// not sent again.
+			return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s %s did not answer: %v", kind, id, err)}
+		}
 		if rep, ok := r.(*localReply); ok && err == nil {
 			if rep.code != "" {
 				return &Error{Code: rep.code, Message: rep.message}
@@ -183,8 +189,8 @@ func (s *System) call(kind, id, method string, req, resp any) error {
 			}
 			return nil
 		}
-		// The activation is gone (or did not answer): the cluster's own
-		// path below finds the grain again, as it would have anyway.
+		// The activation is gone: the cluster's own path below finds the
+		// grain again.
 		s.cluster.PidCache.RemoveByValue(id, kind, pid)
 	}
 	body, err := msgpack.Marshal(req)
@@ -278,8 +284,8 @@ func (s *System) toSamplingRelease(samplerID string) {
 // local is a message between actors of one node: its request travels as
 // the Go value it is, where a wire.Call carries msgpack bytes. Encoding and
 // decoding every message and reply was a ninth of the service's CPU at 64
-// clients, and a fifth of what it allocated, for envelopes that never left
-// the process. What a message or a reply holds belongs to its receiver from
+// clients, and much of its garbage, for envelopes that never left the
+// process. What a message or a reply holds belongs to its receiver from
 // then on: senders build them fresh and keep no reference that they change.
 type local struct {
 	method string
