@@ -273,7 +273,11 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 			e.sys.log.Error("sampling command", "err", err)
 			return
 		}
-		e.cmds.put(samplingCmd{job: j})
+		if !e.cmds.put(samplingCmd{job: j}) {
+			// Stopping: as for the trainer's executor, the next start
+			// settles the operation as interrupted.
+			e.sys.log.Warn("sampling job refused: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
+		}
 	case "samp.release":
 		r, err := decode[jobRef](in)
 		if err == nil {

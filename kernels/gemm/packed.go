@@ -67,11 +67,12 @@ func (p *Packed) mulBlocked(ta bool, m int, alpha float32, a []float32, lda int,
 	if n == 0 {
 		return
 	}
-	if k == 0 || alpha == 0 || beta != 0 {
-		scaleC(m, n, beta, c, ldc)
-	}
 	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
 		return
+	}
+	if beta != 0 { // beta 0: the first k block writes C (see panelTiles)
+		scaleC(m, n, beta, c, ldc)
 	}
 	blocked(par.For, ta, m, n, k, alpha, a, lda, c, ldc, beta == 0, func(jc, pc, kb int) []float32 {
 		base := p.data[p.blocks[pc/kc]:]
