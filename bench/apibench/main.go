@@ -63,15 +63,20 @@ func main() {
 		}
 		p := load(peer.Addr, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.Key, bodies)
 		before := svc.Scrape()
+		cpu0, cpuOK := svc.CPU()
 		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
 		after := svc.Scrape()
 		svc.WaitExecuted() // the next level starts on an idle executor
+		cpu1, _ := svc.CPU()
 		fmt.Printf("%8d | %12.0f %9.2f %9.2f | %12.0f %9.2f %9.2f | %.2f\n", c, s.rate, s.p50, s.p99, p.rate, p.p50, p.p99, s.rate/p.rate)
 		commits := after["wts_store_commits_total"] - before["wts_store_commits_total"]
 		fmt.Printf("%8s   store: %.0f group commits, %.1f writes and %.1f pages each, %.2f ms each (fsync included)\n", "", commits,
 			(after["wts_store_commit_writes_total"]-before["wts_store_commit_writes_total"])/commits,
 			(after["wts_store_commit_pages_total"]-before["wts_store_commit_pages_total"])/commits,
 			1000*(after["wts_store_commit_duration_seconds_sum"]-before["wts_store_commit_duration_seconds_sum"])/commits)
+		if cpuOK {
+			fmt.Printf("%8s   service CPU: %.0f µs per submission, its execution included\n", "", float64((cpu1-cpu0).Microseconds())/float64(per*c))
+		}
 		if s.errors > 0 || p.errors > 0 {
 			fmt.Printf("         errors: service %d (first: %s), peer %d\n", s.errors, s.firstError, p.errors)
 		}

@@ -67,6 +67,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	tuneGC(log)
 	if len(models) == 0 {
 		dir := filepath.Join(*data, "models", defaultModel)
 		if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) {
