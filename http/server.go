@@ -50,6 +50,7 @@ type Server struct {
 	files    fasthttp.RequestHandler // serves signed downloads
 	// prometheus serves the node's registry in the Prometheus text format.
 	prometheus fasthttp.RequestHandler
+	keys       *auth.Keys
 }
 
 // New builds the server over a started node.
@@ -60,7 +61,7 @@ func New(sys *actors.System, cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody, signer: cfg.Signer, files: newFileHandler(),
+	s := &Server{sys: sys, log: cfg.Log, maxBody: cfg.MaxBody, signer: cfg.Signer, files: newFileHandler(), keys: auth.NewKeys(sys.Store()),
 		prometheus: fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(sys.Telemetry().Registry, promhttp.HandlerOpts{}))}
 	s.srv = &fasthttp.Server{
 		Handler:            s.routes(),
@@ -215,7 +216,7 @@ func (s *Server) api(h authed) fasthttp.RequestHandler {
 			fail(ctx, codeUnauthorized, "missing Authorization: Bearer <API key> header")
 			return
 		}
-		t, err := auth.Check(s.sys.Store(), strings.TrimSpace(key))
+		t, err := s.keys.Check(strings.TrimSpace(key))
 		if err != nil {
 			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="wts", error="invalid_token"`)
 			if errors.Is(err, auth.ErrInvalid) {
