@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	gojson "github.com/goccy/go-json"
 
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/kerr"
@@ -208,7 +209,9 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 	}
 	d := &done{Status: OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
 		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
-	if d.Result, err = json.Marshal(out.result); err != nil {
+	// go-json: encoding/json's reflection took 2% of the service's CPU at
+	// 64 clients; the replies around the result are go-json's already.
+	if d.Result, err = gojson.Marshal(out.result); err != nil {
 		return failure(ctx, fmt.Errorf("encode result: %w", err))
 	}
 	if payload.Mutates(j.Kind) {

