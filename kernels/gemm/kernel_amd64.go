@@ -136,18 +136,27 @@ func dot(x, y []float32) float32 {
 //go:noescape
 func rowStrip64AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
 
+//go:noescape
+func rowStrip8AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
+
 // rowStrips adds alpha·a·B[:, 0:n] into c for a [k] and B [k, n] (row stride
-// ldb), 64 columns at a time, and returns how many columns it did.
+// ldb), 64 columns at a time and then 8, and returns how many columns it did.
+// The 8-column strips serve narrow B (the tiny model's attention, head dim
+// 8), where an axpy per element of a was most of the product's time.
 func rowStrips(alpha float32, a, b []float32, ldb, n int, c []float32) int {
 	k := len(a)
-	if !useAVX || k == 0 || n < 64 {
+	if !useAVX || k == 0 || n < 8 {
 		return 0
 	}
-	done := n &^ 63
+	done := n &^ 7
 	_ = b[(k-1)*ldb+done-1]
 	_ = c[done-1]
-	for j := 0; j < done; j += 64 {
+	j := 0
+	for ; j+64 <= done; j += 64 {
 		rowStrip64AVX(k, alpha, &a[0], &b[j], ldb, &c[j])
+	}
+	for ; j < done; j += 8 {
+		rowStrip8AVX(k, alpha, &a[0], &b[j], ldb, &c[j])
 	}
 	return done
 }

@@ -549,3 +549,44 @@ strip64:
 	STORE8
 	VZEROUPPER
 	RET
+
+// func rowStrip8AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
+// c[0:8] += alpha·Σ_{p<k} a[p]·b[p·ldb : p·ldb+8]: rowStrip64AVX for the
+// columns after the last 64 (attention's p·v at head dims 8 to 56). Even and
+// odd p add into two registers, so that the FMA chain is half as long.
+TEXT ·rowStrip8AVX(SB), NOSPLIT, $0-48
+	MOVQ k+0(FP), CX
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R8
+	MOVQ c+40(FP), DX
+	SHLQ $2, R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ CX, BX
+	SHRQ $1, BX
+	JE   strip8odd
+
+strip8:
+	VBROADCASTSS (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VBROADCASTSS 4(SI), Y9
+	VFMADD231PS (DI)(R8*1), Y9, Y1
+	ADDQ $8, SI
+	LEAQ (DI)(R8*2), DI
+	DECQ BX
+	JNZ  strip8
+
+strip8odd:
+	TESTQ $1, CX
+	JE    strip8done
+	VBROADCASTSS (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+
+strip8done:
+	VADDPS Y1, Y0, Y0
+	VBROADCASTSS alpha+8(FP), Y15
+	VFMADD213PS (DX), Y15, Y0
+	VMOVUPS Y0, (DX)
+	VZEROUPPER
+	RET

@@ -352,16 +352,22 @@ func BenchmarkExpSlice(b *testing.B) {
 
 // BenchmarkAttention is causal attention over one sequence on the small
 // preset's heads (8 query heads, 4 kv heads, head size 64): a training
-// sequence of 128 forward and backward, and a 1,024-token prefill forward.
+// sequence of 128 forward and backward, and a 1,024-token prefill forward;
+// and on the tiny preset's (4, 2, 8) the 16-token forward the service
+// benchmark submits, all short rows and narrow products.
 func BenchmarkAttention(b *testing.B) {
-	const Hq, Hkv, hd = 8, 4, 64
 	for _, c := range []struct {
-		name     string
-		T        int
-		backward bool
-	}{{"train128", 128, true}, {"prefill1024", 1024, false}} {
+		name        string
+		T           int
+		backward    bool
+		Hq, Hkv, hd int
+	}{
+		{"train128", 128, true, 8, 4, 64}, {"prefill1024", 1024, false, 8, 4, 64},
+		{"tiny16", 16, false, 4, 2, 8}, // the tiny model's 16-token forward: short rows, a narrow head
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			r := rng.New(1)
+			Hq, Hkv, hd := c.Hq, c.Hkv, c.hd
 			T, Q, KV := c.T, Hq*hd, Hkv*hd
 			q, k, v := to32(rand64(r, T*Q)), to32(rand64(r, T*KV)), to32(rand64(r, T*KV))
 			out, lse, dout := make([]float32, T*Q), make([]float32, Hq*T), to32(rand64(r, T*Q))
