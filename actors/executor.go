@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -121,6 +122,11 @@ func (e *executor) work() {
 	defer close(e.drained)
 	for fn := range e.jobs.c {
 		fn()
+		// With a backlog the worker ran job after job on one processor, and
+		// Go preempts a running goroutine only after 10 ms: the request
+		// goroutines queued behind it waited that long. Yielding after each
+		// job lets them go first (submit p99 at 64 clients ~10% lower).
+		runtime.Gosched()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -146,14 +147,20 @@ func (l *layer) inRange(b Bucket, prefix, start string, fn func(key string, e en
 	}
 }
 
-// apply writes l into a store-file transaction.
+// apply writes l into a store-file transaction. It yields every 128
+// entries: a checkpoint applies thousands (7-11 ms of CPU in one go), and on
+// a two-core node that took a processor from the requests for as long,
+// which an execution trace showed as a stall in their latencies.
 func (l *layer) apply(tx *bolt.Tx) error {
 	for b, bl := range l.buckets {
 		bk := tx.Bucket([]byte(b))
 		if bk == nil {
 			return fmt.Errorf("checkpoint: no bucket %q", b)
 		}
-		for _, k := range l.sorted(b) { // in order: appends fill pages
+		for i, k := range l.sorted(b) { // in order: appends fill pages
+			if i%128 == 127 {
+				runtime.Gosched()
+			}
 			e := bl.m[k]
 			var err error
 			if e.del {
