@@ -43,6 +43,8 @@ type job struct {
 	// WeightsSeq the state it was saved at.
 	WeightVersion int64
 	WeightsSeq    int64
+
+	parsed payload.Parsed // Payload parsed, when the grain had it (see Submission)
 }
 
 // executor runs the engine for every run on this node. Jobs run one at a
@@ -209,7 +211,7 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 		}
 	})
-	out, err := e.apply(ctx, ts, j, j.OpID, j.Kind, j.Payload)
+	out, err := e.apply(ctx, ts, j, j.OpID, j.Kind, j.Payload, j.parsed)
 	if err != nil {
 		return failure(ctx, err)
 	}
@@ -281,12 +283,14 @@ type applied struct {
 }
 
 // apply runs operation opID of job j's run on the run's trainer (load_state
-// replaces it).
-func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, kind string, raw json.RawMessage) (*applied, error) {
+// replaces it). p is raw parsed, or nil to parse it here.
+func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, kind string, raw json.RawMessage, p payload.Parsed) (*applied, error) {
 	runID := j.RunID
-	p, err := payload.Parse(kind, raw)
-	if err != nil {
-		return nil, err
+	if p == nil {
+		var err error
+		if p, err = payload.Parse(kind, raw); err != nil {
+			return nil, err
+		}
 	}
 	tr := ts.tr
 	switch p := p.(type) {
@@ -421,7 +425,7 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		return nil, fmt.Errorf("read operations to replay: %w", err)
 	}
 	for _, op := range replay {
-		out, err := e.apply(ctx, ts, j, op.ID, op.Kind, op.Payload)
+		out, err := e.apply(ctx, ts, j, op.ID, op.Kind, op.Payload, nil)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
 		}
