@@ -429,7 +429,7 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 // rowAxpyGemm serves few rows times a narrow row-major op(B) (decode
 // attention's probabilities times values): each output row gathers k scaled
 // rows of B, which stay in cache, with no packing; 64-column strips keep
-// their sums in registers.
+// their sums in registers, 8-column strips the rest of a multiple of 8.
 func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	for i := 0; i < m; i++ {
 		crow, arow := c[i*ldc:i*ldc+n], a[i*lda:i*lda+k]
