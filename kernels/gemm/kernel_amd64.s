@@ -140,6 +140,16 @@ loop1: \
 	DECQ CX \
 	JNZ  loop1
 
+// The row-strip kernels' arguments: k in CX, a in SI, b in DI, b's row
+// stride in bytes in R8, c in DX.
+#define STRIP_ARGS \
+	MOVQ k+0(FP), CX \
+	MOVQ a+16(FP), SI \
+	MOVQ b+24(FP), DI \
+	MOVQ ldb+32(FP), R8 \
+	MOVQ c+40(FP), DX \
+	SHLQ $2, R8
+
 // func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 TEXT ·tile6x16AVX(SB), NOSPLIT, $0-81
 	TILE_ARGS
@@ -514,12 +524,7 @@ g64store:
 // c[0:64] += alpha·Σ_{p<k} a[p]·b[p·ldb : p·ldb+64], with the 64 sums held in
 // registers (an axpy per p would load and store c k times).
 TEXT ·rowStrip64AVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+16(FP), SI
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R8
-	MOVQ c+40(FP), DX
-	SHLQ $2, R8
+	STRIP_ARGS
 	ZERO8
 
 strip64:
@@ -555,12 +560,7 @@ strip64:
 // columns after the last 64 (attention's p·v at head dims 8 to 56). Even and
 // odd p add into two registers, so that the FMA chain is half as long.
 TEXT ·rowStrip8AVX(SB), NOSPLIT, $0-48
-	MOVQ k+0(FP), CX
-	MOVQ a+16(FP), SI
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R8
-	MOVQ c+40(FP), DX
-	SHLQ $2, R8
+	STRIP_ARGS
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ CX, BX
