@@ -27,6 +27,28 @@ const smallM = 32
 // u·Bᵀ, k = r), and packing a [k, n] operand that thin costs next to nothing.
 const smallK = 64
 
+// dotN is the output width up to which few-row products against a
+// row-major op(B) take dot products even when k is below smallK: LoRA's
+// x·Aᵀ (n = r) on a small model padded a 16-wide panel to fill 4 columns,
+// and its packing cost ~3× the dot products (16×4×32: 930 ns against 270).
+const dotN = 8
+
+// thinK is the depth up to which a few-row product against a row-major
+// [n, k] op(B) wider than narrowN transposes B (k·n floats, in cache) and
+// has each output row gather its k rows: LoRA's u·Bᵀ (k = r) took the
+// packed path's full overhead for a few thousand multiply-adds (16×96×4:
+// 2.3 µs against 1.5).
+const thinK = 8
+
+// transpose writes the [n, k] matrix b (row stride ldb) into dst as [k, n].
+func transpose(b []float32, ldb, n, k int, dst []float32) {
+	for j := 0; j < n; j++ {
+		for p, v := range b[j*ldb : j*ldb+k] {
+			dst[p*n+j] = v
+		}
+	}
+}
+
 var packPool = sync.Pool{New: func() any { return new([]float32) }}
 
 func getBuf(n int) *[]float32 {
@@ -57,9 +79,17 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	if m < smallM && tb && k >= smallK {
+	if m < smallM && tb && (k >= smallK || n <= dotN && k >= 2*dotN) {
 		scaleC(m, n, beta, c, ldc)
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
+	if m < smallM && !ta && tb && k <= thinK && n > narrowN {
+		scaleC(m, n, beta, c, ldc)
+		bt := getBuf(k * n)
+		transpose(b, ldb, n, k, *bt)
+		rowAxpyGemm(m, n, k, alpha, a, lda, *bt, n, c, ldc)
+		packPool.Put(bt)
 		return
 	}
 	if m < smallM && !ta && !tb && n <= 8*nr {
