@@ -6,10 +6,12 @@
 package jcs
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -27,7 +29,7 @@ const maxDepth = 512
 func Canonical(src []byte, skip string) ([]byte, error) {
 	p := &parser{src: src}
 	p.space()
-	out, err := p.value(nil, 0, skip)
+	out, err := p.value(make([]byte, 0, len(src)), 0, skip) // seldom longer than src
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +77,7 @@ func (p *parser) value(out []byte, depth int, skip string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return AppendString(out, s), nil
+		return appendString(out, s), nil
 	case c == '-' || c >= '0' && c <= '9':
 		return p.number(out)
 	}
@@ -88,20 +90,28 @@ func (p *parser) value(out []byte, depth int, skip string) ([]byte, error) {
 	return nil, p.fail("unexpected character")
 }
 
+// member is one object member as object wrote it: its decoded name, and
+// the span of out that holds "name":value.
 type member struct {
-	key   string
-	value []byte
+	key      []byte
+	from, to int
 }
 
+// object writes the members in place as it reads them, and reorders them
+// only when they did not arrive sorted (clients that sort their keys, as
+// Go's encoding/json does for maps, pay for no copy).
 func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 	p.i++ // {
-	var ms []member
-	seen := map[string]bool{}
 	p.space()
 	if p.i < len(p.src) && p.src[p.i] == '}' {
 		p.i++
 		return append(out, "{}"...), nil
 	}
+	open := len(out)
+	out = append(out, '{')
+	var buf [16]member
+	ms := buf[:0]
+	sorted, written := true, 0
 	for {
 		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != '"' {
@@ -111,23 +121,31 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if seen[k] {
-			return nil, p.fail("duplicate member " + strconv.Quote(k))
-		}
-		seen[k] = true
 		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != ':' {
 			return nil, p.fail("expected ':'")
 		}
 		p.i++
 		p.space()
-		v, err := p.value(nil, depth+1, "")
-		if err != nil {
+		skipped := depth == 0 && skip != "" && string(k) == skip
+		mark := len(out)
+		if written > 0 && !skipped {
+			out = append(out, ',')
+		}
+		from := len(out)
+		out = append(appendString(out, k), ':')
+		if out, err = p.value(out, depth+1, ""); err != nil {
 			return nil, err
 		}
-		if depth > 0 || k != skip || skip == "" {
-			ms = append(ms, member{k, v})
+		if skipped { // checked like the others, then dropped
+			out, from = out[:mark], -1
+		} else {
+			written++
 		}
+		if len(ms) > 0 && compareUTF16(ms[len(ms)-1].key, k) >= 0 {
+			sorted = false
+		}
+		ms = append(ms, member{k, from, len(out)})
 		p.space()
 		if p.i >= len(p.src) {
 			return nil, p.fail("unexpected end in object")
@@ -142,29 +160,58 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		p.i++
 		break
 	}
-	sort.Slice(ms, func(a, b int) bool { return lessUTF16(ms[a].key, ms[b].key) })
-	out = append(out, '{')
-	for i, m := range ms {
-		if i > 0 {
+	if sorted {
+		return append(out, '}'), nil
+	}
+	slices.SortFunc(ms, func(a, b member) int { return compareUTF16(a.key, b.key) })
+	for i := 1; i < len(ms); i++ {
+		if bytes.Equal(ms[i-1].key, ms[i].key) {
+			return nil, p.fail("duplicate member " + strconv.Quote(string(ms[i].key)))
+		}
+	}
+	body := slices.Clone(out[open+1:])
+	out = append(out[:open], '{')
+	for _, m := range ms {
+		if m.from < 0 {
+			continue
+		}
+		if len(out) > open+1 {
 			out = append(out, ',')
 		}
-		out = AppendString(out, m.key)
-		out = append(out, ':')
-		out = append(out, m.value...)
+		out = append(out, body[m.from-open-1:m.to-open-1]...)
 	}
 	return append(out, '}'), nil
 }
 
-// lessUTF16 orders names by their UTF-16 code units, as JCS requires (this
-// differs from byte order only above U+FFFF versus U+E000-U+FFFF).
-func lessUTF16(a, b string) bool {
-	ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
-	for i := 0; i < len(ua) && i < len(ub); i++ {
-		if ua[i] != ub[i] {
-			return ua[i] < ub[i]
+// compareUTF16 orders names by their UTF-16 code units, as JCS requires.
+// That is byte (code point) order except between a character above U+FFFF,
+// whose first unit is a surrogate (U+D800–U+DBFF), and one in
+// U+E000–U+FFFF.
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] == b[0] && a[0] < utf8.RuneSelf {
+			a, b = a[1:], b[1:]
+			continue
 		}
+		ra, na := utf8.DecodeRune(a)
+		rb, nb := utf8.DecodeRune(b)
+		if ra != rb {
+			if (ra > 0xFFFF) != (rb > 0xFFFF) {
+				ra, rb = firstUnit(ra), firstUnit(rb)
+			}
+			return cmp.Compare(ra, rb)
+		}
+		a, b = a[na:], b[nb:]
 	}
-	return len(ua) < len(ub)
+	return cmp.Compare(len(a), len(b))
+}
+
+// firstUnit is the first UTF-16 code unit of r.
+func firstUnit(r rune) rune {
+	if r > 0xFFFF {
+		return 0xD800 + (r-0x10000)>>10
+	}
+	return r
 }
 
 func (p *parser) array(out []byte, depth int) ([]byte, error) {
@@ -200,8 +247,9 @@ func (p *parser) array(out []byte, depth int) ([]byte, error) {
 	}
 }
 
-// str decodes a JSON string starting at its opening quote.
-func (p *parser) str() (string, error) {
+// str decodes a JSON string starting at its opening quote. A string with no
+// escapes is returned as a view of src.
+func (p *parser) str() ([]byte, error) {
 	p.i++ // "
 	start := p.i
 	plain := true
@@ -210,10 +258,10 @@ func (p *parser) str() (string, error) {
 		switch {
 		case c == '"':
 			if plain {
-				s := string(p.src[start:p.i])
+				s := p.src[start:p.i]
 				p.i++
-				if !utf8.ValidString(s) {
-					return "", p.fail("invalid UTF-8")
+				if !utf8.Valid(s) {
+					return nil, p.fail("invalid UTF-8")
 				}
 				return s, nil
 			}
@@ -222,17 +270,17 @@ func (p *parser) str() (string, error) {
 			plain = false
 			p.i += 2
 		case c < 0x20:
-			return "", p.fail("control character in string")
+			return nil, p.fail("control character in string")
 		default:
 			p.i++
 		}
 	}
-	return "", p.fail("unterminated string")
+	return nil, p.fail("unterminated string")
 }
 
 // unescape decodes the string from start (after its quote) to the closing
 // quote at p.i, then steps past that quote.
-func (p *parser) unescape(start int) (string, error) {
+func (p *parser) unescape(start int) ([]byte, error) {
 	raw := p.src[start:p.i]
 	p.i++
 	buf := make([]byte, 0, len(raw))
@@ -244,7 +292,7 @@ func (p *parser) unescape(start int) (string, error) {
 			continue
 		}
 		if j+1 >= len(raw) {
-			return "", p.fail("bad escape")
+			return nil, p.fail("bad escape")
 		}
 		e := raw[j+1]
 		j += 2
@@ -264,28 +312,28 @@ func (p *parser) unescape(start int) (string, error) {
 		case 'u':
 			r, n, ok := hex4(raw[j:])
 			if !ok {
-				return "", p.fail("bad \\u escape")
+				return nil, p.fail("bad \\u escape")
 			}
 			j += n
 			if utf16.IsSurrogate(r) {
 				if j+6 > len(raw) || raw[j] != '\\' || raw[j+1] != 'u' {
-					return "", p.fail("lone surrogate")
+					return nil, p.fail("lone surrogate")
 				}
 				r2, _, ok := hex4(raw[j+2:])
 				if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
-					return "", p.fail("lone surrogate")
+					return nil, p.fail("lone surrogate")
 				}
 				j += 6
 			}
 			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", p.fail("bad escape")
+			return nil, p.fail("bad escape")
 		}
 	}
 	if !utf8.Valid(buf) {
-		return "", p.fail("invalid UTF-8")
+		return nil, p.fail("invalid UTF-8")
 	}
-	return string(buf), nil
+	return buf, nil
 }
 
 func hex4(b []byte) (rune, int, bool) {
@@ -298,7 +346,9 @@ func hex4(b []byte) (rune, int, bool) {
 
 // AppendString writes s with JCS's escapes: quote, backslash, and control
 // characters (short forms where JSON has them, else \u00xx); all else as is.
-func AppendString(out []byte, s string) []byte {
+func AppendString(out []byte, s string) []byte { return appendString(out, s) }
+
+func appendString[S string | []byte](out []byte, s S) []byte {
 	const hexDigits = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {

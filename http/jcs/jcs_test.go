@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
+	"strconv"
 	"testing"
+	"unicode/utf16"
 )
 
 // The examples of RFC 8785 (sections 3.2.2, 3.2.3 and appendix B).
@@ -62,8 +65,17 @@ func TestSkipAndErrors(t *testing.T) {
 	if err != nil || string(got) != `{"payload":{"request_hash":2},"seq_id":1}` {
 		t.Fatalf("skip: %s %v", got, err)
 	}
-	for _, bad := range []string{`{"a":1,"a":2}`, `[1,]`, `01`, `"\ud800"`, `{"a" 1}`, `1 2`, `1e999`, "\"\x01\"", `"\x"`, `nul`} {
-		if _, err := Canonical([]byte(bad), ""); err == nil {
+	for in, want := range map[string]string{
+		`{"request_hash":"x","b":1,"a":{"d":[],"c":2}}`: `{"a":{"c":2,"d":[]},"b":1}`,
+		`{"a":1,"request_hash":"x","z":2}`:              `{"a":1,"z":2}`,
+		`{"z":1,"request_hash":"x","a":2}`:              `{"a":2,"z":1}`,
+	} {
+		if got, err := Canonical([]byte(in), "request_hash"); err != nil || string(got) != want {
+			t.Errorf("skip %s: got %s %v, want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{`{"a":1,"a":2}`, `{"b":1,"a":2,"b":3}`, `{"request_hash":1,"request_hash":2}`, `[1,]`, `01`, `"\ud800"`, `{"a" 1}`, `1 2`, `1e999`, "\"\x01\"", `"\x"`, `nul`} {
+		if _, err := Canonical([]byte(bad), "request_hash"); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -72,7 +84,7 @@ func TestSkipAndErrors(t *testing.T) {
 // FuzzCanonical: canonical output is valid JSON with the same meaning as the
 // input, and canonicalising it again changes nothing.
 func FuzzCanonical(f *testing.F) {
-	for _, s := range []string{`{"b":[1,2.5,-0,1e300],"a":"\u00e9\n"}`, `[true,false,null,"x\"y"]`, `{"":{}}`, `0.1`} {
+	for _, s := range []string{`{"b":[1,2.5,-0,1e300],"a":"\u00e9\n"}`, `{"\ud83d\ude00":1,"\uff01":{"y":2,"x":[{"b":0,"a":1}]}}`, `[true,false,null,"x\"y"]`, `{"":{}}`, `0.1`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -91,9 +103,88 @@ func FuzzCanonical(f *testing.F) {
 		if !reflect.DeepEqual(v, w) {
 			t.Fatalf("meaning changed: %q -> %q", in, out)
 		}
+		if want := reference(t, in); !bytes.Equal(out, want) {
+			t.Fatalf("%q: got %q, the reference gives %q", in, out, want)
+		}
 		again, err := Canonical(out, "")
 		if err != nil || !bytes.Equal(again, out) {
 			t.Fatalf("not idempotent: %q -> %q (%v)", out, again, err)
 		}
 	})
+}
+
+// reference is the canonical form by the plain route: encoding/json decodes
+// the value, and each part is written as RFC 8785 defines it, names sorted
+// by their UTF-16 code units.
+func reference(t *testing.T, in []byte) []byte {
+	d := json.NewDecoder(bytes.NewReader(in))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	var write func(out []byte, v any) []byte
+	write = func(out []byte, v any) []byte {
+		switch v := v.(type) {
+		case nil:
+			return append(out, "null"...)
+		case bool:
+			return strconv.AppendBool(out, v)
+		case string:
+			return AppendString(out, v)
+		case json.Number:
+			f, err := strconv.ParseFloat(string(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return AppendNumber(out, f)
+		case []any:
+			out = append(out, '[')
+			for i, e := range v {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				out = write(out, e)
+			}
+			return append(out, ']')
+		case map[string]any:
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			slices.SortFunc(keys, func(a, b string) int {
+				return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+			})
+			out = append(out, '{')
+			for i, k := range keys {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				out = append(AppendString(out, k), ':')
+				out = write(out, v[k])
+			}
+			return append(out, '}')
+		}
+		t.Fatalf("unexpected %T", v)
+		return nil
+	}
+	return write(nil, v)
+}
+
+// BenchmarkCanonical: a forward operation's body as clients send it (names
+// sorted, as Go's encoding/json writes a map), and the same with them
+// reversed.
+func BenchmarkCanonical(b *testing.B) {
+	sorted := []byte(`{"idempotency_key":"k-1","kind":"forward","payload":{"data":[{"loss_fn_inputs":{"target_tokens":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]},"model_input":{"token_ids":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]}}]},"request_hash":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","seq_id":17}`)
+	reversed := []byte(`{"seq_id":17,"request_hash":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","payload":{"data":[{"model_input":{"token_ids":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]},"loss_fn_inputs":{"target_tokens":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]}}]},"kind":"forward","idempotency_key":"k-1"}`)
+	for name, in := range map[string][]byte{"sorted": sorted, "reversed": reversed} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Canonical(in, "request_hash"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
