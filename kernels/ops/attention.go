@@ -19,7 +19,8 @@ type KVLayout struct{ Row, Head int }
 // Query t sits at absolute position S−T+t and sees keys 0..S−T+t (so S == T
 // in training, and S > T when appending to a cache). Query head h reads kv
 // head h/(Hq/Hkv). lse keeps each row's log-sum-exp so the backward pass can
-// rebuild the probabilities instead of storing T×S of them per head.
+// rebuild the probabilities instead of storing T×S of them per head; a pass
+// no backward follows gives nil.
 func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayout) {
 	Q, group := Hq*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
@@ -33,7 +34,12 @@ func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayou
 				pb := p[:rows*cols]
 				gemm.Serial(false, true, rows, cols, hd, scale, q[r0*Q+h*hd:], Q, k[g*kv.Head:], kv.Row, 0, pb, cols)
 				for t := r0; t < r1; t++ {
-					lse[h*T+t] = F(softmaxCausal(pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1))
+					row, valid := pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1
+					mx, sum := normalize(row[:valid])
+					clear(row[valid:])
+					if lse != nil {
+						lse[h*T+t] = F(float64(mx) + math.Log(sum))
+					}
 				}
 				gemm.Serial(false, false, rows, hd, cols, 1, pb, cols, v[g*kv.Head:], kv.Row, 0, out[r0*Q+h*hd:], Q)
 			}
@@ -47,14 +53,6 @@ func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayou
 // products do 5/8 of the full work in blocks of 32, a 2,000-token prefill
 // about half.
 const causalBlock = 32
-
-// softmaxCausal turns row[:valid] into probabilities in place, zeroes the
-// masked tail, and returns the log-sum-exp of the valid scores.
-func softmaxCausal[F Float](row []F, valid int) float64 {
-	l := Softmax(row[:valid])
-	clear(row[valid:])
-	return l
-}
 
 // AttentionBackward sets dq, dk, dv to the gradients of Attention's inputs
 // given dout (they need no clearing). Work is split by kv head so that the

@@ -159,10 +159,20 @@ func ExpFromMax[F Float](row []F) (lse, sum float64) {
 // Softmax turns row into probabilities in place and returns the
 // log-sum-exp of the values it held.
 func Softmax[F Float](row []F) float64 {
-	lse, sum := ExpFromMax(row)
+	mx, sum := normalize(row)
+	return float64(mx) + math.Log(sum)
+}
+
+// normalize turns row into probabilities in place and returns the largest
+// value it held and the sum of exp(v − that). The log-sum-exp is their
+// log, which a caller that needs none skips: on short rows that log cost
+// an eighth of attention.
+func normalize[F Float](row []F) (F, float64) {
+	mx := maxOf(row)
+	sum := expShiftSum(row, mx)
 	inv := F(1 / sum)
 	for i := range row {
 		row[i] *= inv
 	}
-	return lse
+	return mx, sum
 }

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/wts-project/wts/kernels/model"
@@ -139,6 +140,13 @@ func TestAttention(t *testing.T) {
 		clear(out)
 		Attention(out, lse, to32(q), to32(hk), to32(hv), c.T, c.S, c.Hq, c.Hkv, c.hd, hm)
 		closeTo(t, "attention, head-major keys and values", out, want, 1e-5)
+		// With no log-sum-exp wanted (a pass no backward follows), the same out.
+		with := slices.Clone(out)
+		clear(out)
+		Attention(out, nil, to32(q), to32(hk), to32(hv), c.T, c.S, c.Hq, c.Hkv, c.hd, hm)
+		if !slices.Equal(out, with) {
+			t.Fatalf("attention with no log-sum-exp: %v, want %v", out, with)
+		}
 
 		// Backward, each input in turn, in float64.
 		lse64, out64 := make([]float64, c.Hq*c.T), make([]float64, len(want))

@@ -123,7 +123,11 @@ func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data 
 		seqs = append(seqs, d.ModelInput)
 	}
 	b := transformer.Pack(seqs)
-	act, err := m.Forward(ad, b, ar)
+	pass := m.Forward
+	if grads == nil {
+		pass = m.Infer
+	}
+	act, err := pass(ad, b, ar)
 	if err != nil {
 		return err
 	}

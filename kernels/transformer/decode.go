@@ -169,7 +169,6 @@ func (m *Model[F]) ExtendRows(zs []*Frozen[F], caches []*Cache[F], prompts [][]i
 	D, Q, KV, H, hd := cfg.Hidden, cfg.QDim(), cfg.KVDim(), cfg.Heads, cfg.HeadDim
 	s := m.newStep(tokens, pos, nil)
 	hidden := make([]F, len(tokens)*D)
-	lse := make([]F, prefillChunk*H)
 	for k, i := range batch {
 		m.grow(caches[i], start[k+1]-start[k])
 	}
@@ -177,7 +176,7 @@ func (m *Model[F]) ExtendRows(zs []*Frozen[F], caches []*Cache[F], prompts [][]i
 		for k, i := range batch {
 			lo, hi, c := start[k], start[k+1], caches[i]
 			c.put(l, s.k[lo*KV:hi*KV], s.v[lo*KV:hi*KV], hi-lo, cfg.KVHeads, hd)
-			ops.Attention(s.attn[lo*Q:hi*Q], lse, s.q[lo*Q:hi*Q], c.k[l], c.v[l], hi-lo, hi-lo, H, cfg.KVHeads, hd, c.layout(hd))
+			ops.Attention(s.attn[lo*Q:hi*Q], nil, s.q[lo*Q:hi*Q], c.k[l], c.v[l], hi-lo, hi-lo, H, cfg.KVHeads, hd, c.layout(hd))
 		}
 	})
 	for k, i := range batch {
@@ -254,10 +253,9 @@ func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F)
 		pos[i] = c.n + i
 	}
 	s := m.newStep(tokens, pos, nil)
-	lse := make([]F, T*cfg.Heads)
 	m.cachedForward([]rowGroup[F]{{z, 0, T}}, s, out, nil, func(l int) {
 		c.put(l, s.k, s.v, T, cfg.KVHeads, hd)
-		ops.Attention(s.attn, lse, s.q, c.k[l], c.v[l], T, c.n+T, cfg.Heads, cfg.KVHeads, hd, c.layout(hd))
+		ops.Attention(s.attn, nil, s.q, c.k[l], c.v[l], T, c.n+T, cfg.Heads, cfg.KVHeads, hd, c.layout(hd))
 	})
 	c.n += T
 }

@@ -107,6 +107,9 @@ type Activations[F gemm.Float] struct {
 	xf     []F // final residual stream [T, D]
 	invf   []F
 	Hidden []F // final normed hidden states [T, D], the LM head's input
+	// backward: the pass keeps what Backward needs beyond the forward's own
+	// inputs (attention's log-sum-exp); false for Infer.
+	backward bool
 }
 
 // T is the number of packed tokens.
@@ -126,6 +129,16 @@ func positions(b Batch) []int {
 // bare base model) and keeps what Backward needs. Buffers come from ar (nil
 // allocates); they stay valid until ar is reset.
 func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activations[F], error) {
+	return m.forward(ad, b, ar, true)
+}
+
+// Infer is Forward for a pass that no Backward follows (forward, logprobs):
+// attention keeps no log-sum-exp, a log per query row and head.
+func (m *Model[F]) Infer(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activations[F], error) {
+	return m.forward(ad, b, ar, false)
+}
+
+func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward bool) (*Activations[F], error) {
 	c := m.W.Cfg
 	T, D := len(b.Tokens), c.Hidden
 	for _, tok := range b.Tokens {
@@ -139,7 +152,7 @@ func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activat
 		}
 	}
 	act := &Activations[F]{B: b, ar: ar, layers: make([]layerAct[F], c.Layers),
-		rope: ops.NewRopeTable[F](m.invFreq, positions(b))}
+		rope: ops.NewRopeTable[F](m.invFreq, positions(b)), backward: backward}
 	x := ar.Take(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
@@ -191,10 +204,17 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	act.rope.Rope(la.q, T, c.Heads)
 	act.rope.Rope(la.k, T, c.KVHeads)
 
-	la.attn, la.lse = ar.Take(T*Q), ar.Take(T*c.Heads)
+	la.attn = ar.Take(T * Q)
+	if act.backward {
+		la.lse = ar.Take(T * c.Heads)
+	}
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
-		ops.Attention(la.attn[o*Q:], la.lse[o*c.Heads:], la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim, ops.KVLayout{Row: KV, Head: c.HeadDim})
+		var lse []F
+		if la.lse != nil {
+			lse = la.lse[o*c.Heads:]
+		}
+		ops.Attention(la.attn[o*Q:], lse, la.q[o*Q:], la.k[o*KV:], la.v[o*KV:], L, L, c.Heads, c.KVHeads, c.HeadDim, ops.KVLayout{Row: KV, Head: c.HeadDim})
 	}
 
 	la.x2 = ar.Take(T * D)
@@ -218,6 +238,9 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 
 // Backward adds dL/d(LoRA parameters) into grads, given dL/dHidden.
 func (m *Model[F]) Backward(ad, grads *lora.Adapter[F], act *Activations[F], dHidden []F) {
+	if !act.backward {
+		panic("transformer: Backward of an Infer pass")
+	}
 	c := m.W.Cfg
 	T, D := act.T(), c.Hidden
 	dx := act.ar.Alloc(T * D)

@@ -114,4 +114,6 @@ func TestFreshAdapterIsIdentity(t *testing.T) {
 	a, _ := m.Forward(nil, Pack([][]int{seq}), nil)
 	b, _ := m.Forward(fresh, Pack([][]int{seq}), nil)
 	near(t, "fresh adapter", b.Hidden, a.Hidden, 0)
+	inf, _ := m.Infer(fresh, Pack([][]int{seq}), nil)
+	near(t, "Infer", inf.Hidden, b.Hidden, 0)
 }
