@@ -99,7 +99,8 @@ type member struct {
 
 // object writes the members in place as it reads them, and reorders them
 // only when they did not arrive sorted (clients that sort their keys, as
-// Go's encoding/json does for maps, pay for no copy).
+// Go's encoding/json does for maps, pay for no copy; the skipped member,
+// which clients add last, does not count).
 func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 	p.i++ // {
 	p.space()
@@ -111,7 +112,7 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 	out = append(out, '{')
 	var buf [16]member
 	ms := buf[:0]
-	sorted, written := true, 0
+	sorted, skips := true, 0
 	for {
 		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != '"' {
@@ -129,7 +130,7 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		p.space()
 		skipped := depth == 0 && skip != "" && string(k) == skip
 		mark := len(out)
-		if written > 0 && !skipped {
+		if len(ms) > 0 && !skipped {
 			out = append(out, ',')
 		}
 		from := len(out)
@@ -137,15 +138,17 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		if out, err = p.value(out, depth+1, ""); err != nil {
 			return nil, err
 		}
-		if skipped { // checked like the others, then dropped
-			out, from = out[:mark], -1
-		} else {
-			written++
+		switch {
+		case skipped: // checked like the others, then dropped
+			if out, skips = out[:mark], skips+1; skips > 1 {
+				return nil, p.fail("duplicate member " + strconv.Quote(skip))
+			}
+		default:
+			if len(ms) > 0 && compareUTF16(ms[len(ms)-1].key, k) >= 0 {
+				sorted = false
+			}
+			ms = append(ms, member{k, from, len(out)})
 		}
-		if len(ms) > 0 && compareUTF16(ms[len(ms)-1].key, k) >= 0 {
-			sorted = false
-		}
-		ms = append(ms, member{k, from, len(out)})
 		p.space()
 		if p.i >= len(p.src) {
 			return nil, p.fail("unexpected end in object")
@@ -171,11 +174,8 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 	}
 	body := slices.Clone(out[open+1:])
 	out = append(out[:open], '{')
-	for _, m := range ms {
-		if m.from < 0 {
-			continue
-		}
-		if len(out) > open+1 {
+	for i, m := range ms {
+		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, body[m.from-open-1:m.to-open-1]...)

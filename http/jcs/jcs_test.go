@@ -172,10 +172,10 @@ func reference(t *testing.T, in []byte) []byte {
 }
 
 // BenchmarkCanonical: a forward operation's body as clients send it (names
-// sorted, as Go's encoding/json writes a map), and the same with them
-// reversed.
+// sorted, as Go's encoding/json writes a map, and request_hash added last),
+// and the same with them reversed.
 func BenchmarkCanonical(b *testing.B) {
-	sorted := []byte(`{"idempotency_key":"k-1","kind":"forward","payload":{"data":[{"loss_fn_inputs":{"target_tokens":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]},"model_input":{"token_ids":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]}}]},"request_hash":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","seq_id":17}`)
+	sorted := []byte(`{"idempotency_key":"k-1","kind":"forward","payload":{"data":[{"loss_fn_inputs":{"target_tokens":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]},"model_input":{"token_ids":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]}}]},"seq_id":17,"request_hash":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`)
 	reversed := []byte(`{"seq_id":17,"request_hash":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","payload":{"data":[{"model_input":{"token_ids":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]},"loss_fn_inputs":{"target_tokens":[1,6,11,16,21,26,31,36,41,46,51,56,61,2,7,12]}}]},"kind":"forward","idempotency_key":"k-1"}`)
 	for name, in := range map[string][]byte{"sorted": sorted, "reversed": reversed} {
 		b.Run(name, func(b *testing.B) {
