@@ -69,6 +69,8 @@ func TestSkipAndErrors(t *testing.T) {
 		`{"request_hash":"x","b":1,"a":{"d":[],"c":2}}`: `{"a":{"c":2,"d":[]},"b":1}`,
 		`{"a":1,"request_hash":"x","z":2}`:              `{"a":1,"z":2}`,
 		`{"z":1,"request_hash":"x","a":2}`:              `{"a":2,"z":1}`,
+		`{"a":1,"z":2,"request_hash":"x"}`:              `{"a":1,"z":2}`,
+		`{"z":1,"a":2,"request_hash":"x"}`:              `{"a":2,"z":1}`,
 	} {
 		if got, err := Canonical([]byte(in), "request_hash"); err != nil || string(got) != want {
 			t.Errorf("skip %s: got %s %v, want %s", in, got, err, want)
