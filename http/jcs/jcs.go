@@ -112,7 +112,7 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 	out = append(out, '{')
 	var buf [16]member
 	ms := buf[:0]
-	sorted, skips := true, 0
+	sorted, skippedOne := true, false
 	for {
 		p.space()
 		if p.i >= len(p.src) || p.src[p.i] != '"' {
@@ -138,12 +138,12 @@ func (p *parser) object(out []byte, depth int, skip string) ([]byte, error) {
 		if out, err = p.value(out, depth+1, ""); err != nil {
 			return nil, err
 		}
-		switch {
-		case skipped: // checked like the others, then dropped
-			if out, skips = out[:mark], skips+1; skips > 1 {
+		if skipped { // checked like the others, then dropped
+			if skippedOne {
 				return nil, p.fail("duplicate member " + strconv.Quote(skip))
 			}
-		default:
+			out, skippedOne = out[:mark], true
+		} else {
 			if len(ms) > 0 && compareUTF16(ms[len(ms)-1].key, k) >= 0 {
 				sorted = false
 			}
