@@ -300,6 +300,22 @@ func TestSoftmaxPieces(t *testing.T) {
 		if math.Abs(sum-wantSum) > 1e-6*wantSum {
 			t.Fatalf("n=%d: sum %v, want %v", n, sum, wantSum)
 		}
+		for _, inv := range []float64{1, 1 / 0.7} {
+			mx, sum := ScaledExps(e, x, inv)
+			wantSum = 0
+			for i, v := range x {
+				arg := (float64(v) - float64(want)) * inv
+				w := math.Exp(arg)
+				wantSum += w
+				// The argument rounds to float32: a relative error up to |arg|·2⁻²⁴.
+				if math.Abs(float64(e[i])-w) > (3e-7+6e-8*math.Abs(arg))*w+1e-37 {
+					t.Fatalf("n=%d inv=%v: e[%d] = %v, want %v", n, inv, i, e[i], w)
+				}
+			}
+			if mx != want || math.Abs(sum-wantSum) > 1e-6*wantSum {
+				t.Fatalf("n=%d inv=%v: max %v sum %v, want %v and %v", n, inv, mx, sum, want, wantSum)
+			}
+		}
 		p := append([]float32(nil), x...)
 		lse := Softmax(p)
 		if l := LogSumExp(x); math.Abs(l-lse) > 1e-5 {

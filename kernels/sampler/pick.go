@@ -43,11 +43,8 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 		*eb = make([]float32, len(row))
 	}
 	e := (*eb)[:len(row)]
-	mx := float64(row[0])
-	for _, v := range row {
-		mx = max(mx, float64(v))
-	}
-	total := scaledExps(e, row, mx, 1/p.Temperature)
+	top, total := ops.ScaledExps(e, row, 1/p.Temperature)
+	mx := float64(top)
 	if p.MinP > 0 || p.TopK > 0 || p.TopP < 1 {
 		return pickFiltered(row, e, p, r)
 	}
@@ -92,21 +89,6 @@ func pickFiltered(row, e []float32, p *Params, r *rng.Source) (int, float64) {
 		u -= c.p
 	}
 	return chosen, float64(row[chosen]) - lse
-}
-
-// scaledExps sets e[i] = e^((row[i] − mx)·inv) (inv = 1/temperature), the
-// probabilities relative to the top token's, with the vectorised exp, and
-// returns their sum.
-func scaledExps(e, row []float32, mx, inv float64) float64 {
-	for i, v := range row {
-		e[i] = float32((float64(v) - mx) * inv)
-	}
-	ops.ExpSlice(e, e)
-	var s float64
-	for _, x := range e {
-		s += float64(x)
-	}
-	return s
 }
 
 // expScratch holds the per-token probability buffers of pick (a vocabulary
