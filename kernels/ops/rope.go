@@ -74,19 +74,29 @@ func (rt *RopeTable[F]) Rope(x []F, T, H int) { rt.rotate(x, T, H, 1) }
 // RopeBackward applies the inverse rotation to a gradient in place.
 func (rt *RopeTable[F]) RopeBackward(dx []F, T, H int) { rt.rotate(dx, T, H, -1) }
 
+// RopeRow rotates heads (any whole number of them, [n, hd]) of table row
+// t's token in place: a decode step ropes each sequence's heads where it
+// attends them, on whichever core that is.
+func (rt *RopeTable[F]) RopeRow(heads []F, t int) { rt.rotateRow(heads, t, 1) }
+
 func (rt *RopeTable[F]) rotate(x []F, T, H int, dir F) {
+	w := H * 2 * rt.Half
+	for t := 0; t < T; t++ {
+		rt.rotateRow(x[t*w:(t+1)*w], t, dir)
+	}
+}
+
+func (rt *RopeTable[F]) rotateRow(heads []F, t int, dir F) {
 	half := rt.Half
 	hd := 2 * half
-	for t := 0; t < T; t++ {
-		c, s := rt.Cos[t*half:(t+1)*half], rt.Sin[t*half:(t+1)*half]
-		for h := 0; h < H; h++ {
-			v := x[(t*H+h)*hd : (t*H+h+1)*hd]
-			for i := 0; i < half; i++ {
-				x1, x2 := v[i], v[i+half]
-				si := dir * s[i]
-				v[i] = x1*c[i] - x2*si
-				v[i+half] = x2*c[i] + x1*si
-			}
+	c, s := rt.Cos[t*half:(t+1)*half], rt.Sin[t*half:(t+1)*half]
+	for h := 0; h+hd <= len(heads); h += hd {
+		v := heads[h : h+hd]
+		for i := 0; i < half; i++ {
+			x1, x2 := v[i], v[i+half]
+			si := dir * s[i]
+			v[i] = x1*c[i] - x2*si
+			v[i+half] = x2*c[i] + x1*si
 		}
 	}
 }

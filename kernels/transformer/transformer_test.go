@@ -78,13 +78,20 @@ func TestCachedDecodingMatchesForward(t *testing.T) {
 		})
 		m.Logits(z, h, 60, nil, func(t int, row []float32) { copy(got[t*V:], row) })
 		near(t, preset+" logits", got, want, 1e-4)
+		// A runs a position ahead of B, so each row of a step has its own
+		// position (RoPE angles, cache length).
 		caches := []*Cache[float32]{root.Fork(), root.Fork()}
-		for p := 60; p < 100; p++ {
-			out, err := m.Decode(z, caches, []int{seqA[p], seqB[p]})
+		out, err := m.Decode(z, caches[:1], []int{seqA[60]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		near(t, preset+" decode A alone", out, full.Hidden[60*D:61*D], 1e-4)
+		for p := 60; p < 99; p++ {
+			out, err := m.Decode(z, caches, []int{seqA[p+1], seqB[p]})
 			if err != nil {
 				t.Fatal(err)
 			}
-			near(t, preset+" decode A", out[:D], full.Hidden[p*D:(p+1)*D], 1e-4)
+			near(t, preset+" decode A", out[:D], full.Hidden[(p+1)*D:(p+2)*D], 1e-4)
 			near(t, preset+" decode B", out[D:], full.Hidden[(100+p)*D:(101+p)*D], 1e-4)
 		}
 	}
