@@ -174,12 +174,8 @@ func ScaledExps[F Float](e, x []F, inv float64) (F, float64) {
 	return mx, expShiftSum(e, 0)
 }
 
-// Softmax turns row into probabilities in place and returns the
-// log-sum-exp of the values it held.
-func Softmax[F Float](row []F) float64 {
-	mx, sum := normalize(row)
-	return float64(mx) + math.Log(sum)
-}
+// Softmax turns row into probabilities in place.
+func Softmax[F Float](row []F) { normalize(row) }
 
 // normalize turns row into probabilities in place and returns the largest
 // value it held and the sum of exp(v − that). The log-sum-exp is their

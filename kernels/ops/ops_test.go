@@ -317,10 +317,8 @@ func TestSoftmaxPieces(t *testing.T) {
 			}
 		}
 		p := append([]float32(nil), x...)
-		lse := Softmax(p)
-		if l := LogSumExp(x); math.Abs(l-lse) > 1e-5 {
-			t.Fatalf("n=%d: Softmax's lse %v, LogSumExp %v", n, lse, l)
-		}
+		Softmax(p)
+		lse := LogSumExp(x)
 		for i, v := range x {
 			if w := math.Exp(float64(v) - lse); math.Abs(float64(p[i])-w) > 1e-6 {
 				t.Fatalf("n=%d: p[%d] = %v, want %v", n, i, p[i], w)
