@@ -160,7 +160,7 @@ func ExpFromMax[F Float](row []F) (lse, sum float64) {
 // and the sum of e, taken in float64: a sampler's probabilities at
 // temperature 1/inv relative to the top token's. x is left as it was. As
 // scalar loops over the vocabulary (the max, the scaling, the sum) these
-// cost 6 ns a token, a twentieth of a 16-stream decode step.
+// cost ~6 ns a token, 4% of a 16-stream decode step of the small model.
 func ScaledExps[F Float](e, x []F, inv float64) (F, float64) {
 	mx := maxOf(x)
 	e = e[:len(x)]

@@ -315,10 +315,11 @@ func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int,
 		group := cfg.Heads / cfg.KVHeads
 		scale := F(1 / math.Sqrt(float64(hd)))
 		work := 2 * group * caches[0].Len() * hd // a group's q·kᵀ and p·v
-		// Each (sequence, KV head) ropes and caches its own key where it
-		// attends: done serially first, the cache writes alone (each a cold
-		// line) took a third of a millisecond of a 16-stream step of the
-		// small model while the other core waited.
+		// Each (sequence, KV head) ropes its query group and key and writes
+		// its key and value into the cache where it attends: done serially
+		// first, the cache writes alone (each a cold line) took a third of a
+		// millisecond of a 16-stream step of the small model while the
+		// other core waited.
 		par.For(B*cfg.KVHeads, par.MinChunk(work, 1), func(lo, hi int) {
 			var scores []F
 			for i := lo; i < hi; i++ {
