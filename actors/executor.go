@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/train"
 	"github.com/wts-project/wts/persistence"
 )
@@ -122,13 +122,16 @@ func (e *executor) Receive(ctx actor.Context) {
 
 func (e *executor) work() {
 	defer close(e.drained)
+	par.EngineThread()
 	for fn := range e.jobs.c {
 		fn()
 		// With a backlog the worker ran job after job on one processor, and
 		// Go preempts a running goroutine only after 10 ms: the request
 		// goroutines queued behind it waited that long. Yielding after each
 		// job lets them go first (submit p99 at 64 clients ~10% lower).
-		runtime.Gosched()
+		// Where the engine has threads of its own at a lower priority
+		// (par.Configure), the OS runs the requests first instead.
+		par.Yield()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/lora"
+	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/sampler"
 	"github.com/wts-project/wts/kernels/transformer"
 )
@@ -94,6 +95,7 @@ func newSamplingExecutor(s *System) *samplingExecutor {
 // and decodes one more token for everything in flight.
 func (e *samplingExecutor) work() {
 	defer close(e.done)
+	par.EngineThread()
 	ar := transformer.NewArena[float32]()
 	open := true
 	for open || len(e.flying) > 0 {

@@ -189,7 +189,7 @@ func (p *Process) WaitExecuted() {
 		if m["wts_operations_executed_total"] >= m["wts_operations_accepted_total"] {
 			return
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

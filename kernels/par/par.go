@@ -37,8 +37,50 @@ func MinChunk(work, floor int) int {
 	return max(floor, Grain/max(work, 1))
 }
 
-// Workers is how many goroutines a parallel loop may use.
-func Workers() int { return runtime.GOMAXPROCS(0) }
+// Workers is how many goroutines a parallel loop may use: the cores given
+// to Configure, or GOMAXPROCS.
+func Workers() int {
+	if cores > 0 {
+		return cores
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+var (
+	cores       int    // set by Configure; 0: GOMAXPROCS
+	threadSetup func() // set by Configure; nil: engine work runs on any thread
+)
+
+// Configure gives the engine its share of the process before the first
+// parallel loop: how many cores its loops use, and setup, which each engine
+// thread runs once as it starts (the helpers here, and the callers that
+// say so with EngineThread). A service that runs the engine beside
+// latency-bound work uses it to keep engine work on threads of its own at
+// a lower OS priority (cmd/wts: --engine-nice); setup must then lock the
+// goroutine to its thread.
+func Configure(workers int, setup func()) {
+	cores, threadSetup = workers, setup
+}
+
+// EngineThread runs Configure's setup on the calling goroutine, for loops'
+// callers outside this package (the service's executors): a loop's share
+// that ran at another priority than its helpers' would make one side wait
+// on the other.
+func EngineThread() {
+	if threadSetup != nil {
+		threadSetup()
+	}
+}
+
+// Yield lets other goroutines have the processor, between jobs or while a
+// spin goes on. After Configure with a setup it does nothing: Go hands a
+// locked goroutine's processor to another thread and back on every yield
+// (two thread switches), and the OS already runs the other threads first.
+func Yield() {
+	if threadSetup == nil {
+		runtime.Gosched()
+	}
+}
 
 type worker struct {
 	busy   atomic.Bool   // claimed by a caller
@@ -56,7 +98,7 @@ var (
 
 func workers() []*worker {
 	poolOnce.Do(func() {
-		n := runtime.GOMAXPROCS(0) - 1
+		n := Workers() - 1
 		for i := 0; i < n; i++ {
 			w := &worker{wake: make(chan struct{}, 1)}
 			pool = append(pool, w)
@@ -67,6 +109,7 @@ func workers() []*worker {
 }
 
 func (w *worker) run() {
+	EngineThread()
 	var last uint64
 	for {
 		start := time.Now()
@@ -75,7 +118,7 @@ func (w *worker) run() {
 				continue
 			}
 			if time.Since(start) < spinFor {
-				runtime.Gosched()
+				Yield()
 				continue
 			}
 			// Publish parked before the last look, so a poster either sees it
@@ -110,7 +153,7 @@ func (w *worker) post(fn func()) uint64 {
 func (w *worker) wait(s uint64) {
 	for i := 0; w.done.Load() != s; i++ {
 		if i%64 == 63 {
-			runtime.Gosched()
+			Yield()
 		}
 	}
 	w.busy.Store(false)

@@ -1,6 +1,9 @@
 package par
 
 import (
+	"os"
+	"os/exec"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,6 +49,54 @@ func TestConcurrentCallers(t *testing.T) {
 	wg.Wait()
 	if total.Load() != 8*200*64 {
 		t.Fatalf("total %d", total.Load())
+	}
+}
+
+// Configure fixes the loops' width apart from GOMAXPROCS and runs its setup
+// once on each helper and on every EngineThread caller; loops on such
+// threads (which never yield to Go's scheduler) still finish. The pool of
+// helpers is made once per process, so this runs in a child process.
+func TestConfigure(t *testing.T) {
+	if os.Getenv("PAR_CONFIGURE_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestConfigure$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "PAR_CONFIGURE_CHILD=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	runtime.GOMAXPROCS(4)
+	var setups atomic.Int32
+	Configure(2, func() {
+		runtime.LockOSThread()
+		setups.Add(1)
+	})
+	if Workers() != 2 {
+		t.Fatalf("Workers() = %d, want the configured 2", Workers())
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		EngineThread()
+		for r := 0; r < 300; r++ {
+			var chunks atomic.Int32
+			For(100, 1, func(lo, hi int) { chunks.Add(1) })
+			if chunks.Load() != 2 {
+				t.Errorf("round %d: %d chunks, want 2", r, chunks.Load())
+				return
+			}
+			if r%100 == 0 {
+				time.Sleep(time.Millisecond) // let the helper park
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("loops on locked engine threads did not finish")
+	}
+	if n := setups.Load(); n != 2 { // the one helper, and the caller
+		t.Fatalf("setup ran %d times, want 2", n)
 	}
 }
 

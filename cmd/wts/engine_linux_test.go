@@ -1,0 +1,36 @@
+package main
+
+import (
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// setThreadNice lowers the calling thread's priority and no other's.
+func TestSetThreadNice(t *testing.T) {
+	nice := func() int { // the raw getpriority returns 20 - nice
+		p, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 20 - p
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := nice()
+	got := make(chan int)
+	go func() {
+		runtime.LockOSThread() // the thread exits with the goroutine
+		if err := setThreadNice(before + 7); err != nil {
+			t.Error(err)
+		}
+		got <- nice()
+	}()
+	if n := <-got; n != before+7 {
+		t.Fatalf("engine thread nice %d, want %d", n, before+7)
+	}
+	if n := nice(); n != before {
+		t.Fatalf("this thread's nice moved to %d from %d", n, before)
+	}
+}
