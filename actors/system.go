@@ -121,14 +121,16 @@ func Start(cfg Config) (*System, error) {
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
+	pool := actor.WithDispatcher(newWorkerPool(workerIdle))
+	props := func(a func() actor.Actor) *actor.Props { return actor.PropsFromProducer(a, pool) }
 	s.exec = newExecutor(s)
-	s.executor = s.actors.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s.exec }))
+	s.executor = s.actors.Root.Spawn(props(func() actor.Actor { return s.exec }))
 	s.samplers = newSamplingExecutor(s)
-	s.sampling = s.actors.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return s.samplers }))
+	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: 60 * time.Second},
-		pcluster.NewKind(sessionKind, actor.PropsFromProducer(func() actor.Actor { return &sessionGrain{grain: grain{sys: s}} })),
-		pcluster.NewKind(runKind, actor.PropsFromProducer(func() actor.Actor { return &runGrain{grain: grain{sys: s}} })),
-		pcluster.NewKind(samplerKind, actor.PropsFromProducer(func() actor.Actor { return &samplerGrain{grain: grain{sys: s}} })))
+		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{grain: grain{sys: s}} })),
+		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{grain: grain{sys: s}} })),
+		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{grain: grain{sys: s}} })))
 	if err != nil {
 		st.Close()
 		return nil, err
