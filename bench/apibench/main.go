@@ -38,13 +38,14 @@ func main() {
 	tokens := flag.Int("tokens", 16, "tokens in each submitted forward")
 	peerAddr := flag.String("serve-peer", "", "internal: serve the bare handler on this address")
 	debugAddr := flag.String("debug-addr", "", "passed to wts serve: serve pprof there (to profile the service under load)")
+	engineNice := flag.Int("engine-nice", 0, "passed to wts serve: the engine threads' nice (0: off, the default)")
 	flag.Parse()
 	if *peerAddr != "" {
 		servePeer(*peerAddr)
 		return
 	}
 	levels := service.Levels(*clientsFlag)
-	svc := service.Serve(service.Build(*wts), *dataRoot, "tiny", "--debug-addr", *debugAddr)
+	svc := service.Serve(service.Build(*wts), *dataRoot, "tiny", "--debug-addr", *debugAddr, "--engine-nice", fmt.Sprint(*engineNice))
 	defer svc.Stop()
 	peer := startPeer()
 	defer peer.Stop()

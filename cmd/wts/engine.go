@@ -8,14 +8,16 @@ import (
 )
 
 // defaultEngineNice is the OS priority (nice) of the engine's threads in
-// `wts serve`. On a node whose cores the engine shares with the API, a
-// submission's reply otherwise waited for engine work to give up a core: at
-// 64 clients in bench/apibench, nice 10 took acknowledged submissions from
-// ~2,500 to ~4,900/s and p99 from 59–76 to 33–47 ms (two alternated
-// pairs), while the engine worked through the queue in the gaps. Engine work
-// still gets the cores whenever the API is idle, and at nice 10 about a
-// tenth of a core per busy request thread when it is not.
-const defaultEngineNice = 10
+// `wts serve`: off. At 10, on a node whose cores the engine shares with the
+// API, acknowledged submissions at 64 clients in bench/apibench went from
+// ~2,600–3,700 to ~4,400–6,300/s and p99 from 45–64 to 34–37 ms (three
+// alternated pairs), the engine working through the queue in the gaps at
+// its old pace. But the engine's threads then share the cores with the
+// API's at the OS's discretion, and a parallel loop whose helper the OS
+// has set aside waits for it: 8 samplers polled every 2 ms decoded 264–367
+// tokens/s against 413–473 with it off (bench/samplebench, two pairs). So
+// it suits a node that mostly trains.
+const defaultEngineNice = 0
 
 // deprioritizeEngine runs the engine's work (the executors, and the helpers
 // of their parallel loops) on threads of its own at the given nice; 0 leaves

@@ -58,7 +58,7 @@ func serveCmd(args []string) error {
 	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
 	signingKey := fs.String("signing-key", "", "file of the 32-byte key that signs download links (default: DATA/secrets/signing.key, made on first start)")
 	credentialsKey := credentialsKeyFlag(fs)
-	engineNice := fs.Int("engine-nice", defaultEngineNice, "OS priority (nice, 0-19) of the engine's threads, below the API's; 0 runs them at the node's own")
+	engineNice := fs.Int("engine-nice", defaultEngineNice, "OS priority (nice, 0-19) of the engine's threads, below the API's (see docs/operations.md); 0 runs them at the node's own")
 	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
 	if err := fs.Parse(args); err != nil {
 		return err
