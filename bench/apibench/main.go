@@ -45,7 +45,11 @@ func main() {
 		return
 	}
 	levels := service.Levels(*clientsFlag)
-	svc := service.Serve(service.Build(*wts), *dataRoot, "tiny", "--debug-addr", *debugAddr, "--engine-nice", fmt.Sprint(*engineNice))
+	extra := []string{"--debug-addr", *debugAddr}
+	if *engineNice != 0 { // older binaries, run for comparison, lack the flag
+		extra = append(extra, "--engine-nice", fmt.Sprint(*engineNice))
+	}
+	svc := service.Serve(service.Build(*wts), *dataRoot, "tiny", extra...)
 	defer svc.Stop()
 	peer := startPeer()
 	defer peer.Stop()
