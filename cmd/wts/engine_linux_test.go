@@ -19,16 +19,20 @@ func TestSetThreadNice(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	before := nice()
+	want := min(before+7, 19)
+	if want == before {
+		t.Skip("already at the lowest priority")
+	}
 	got := make(chan int)
 	go func() {
 		runtime.LockOSThread() // the thread exits with the goroutine
-		if err := setThreadNice(before + 7); err != nil {
+		if err := setThreadNice(want); err != nil {
 			t.Error(err)
 		}
 		got <- nice()
 	}()
-	if n := <-got; n != before+7 {
-		t.Fatalf("engine thread nice %d, want %d", n, before+7)
+	if n := <-got; n != want {
+		t.Fatalf("engine thread nice %d, want %d", n, want)
 	}
 	if n := nice(); n != before {
 		t.Fatalf("this thread's nice moved to %d from %d", n, before)
