@@ -35,6 +35,20 @@ func expShiftSumAVX(x *float32, n int, shift float32) float64
 //go:noescape
 func maxAVX(x *float32, n int) float32
 
+//go:noescape
+func softmaxAVX(x *float32, n int) (mx float32, sum float64)
+
+// softmaxBody is normalize on the vector unit, for a non-empty row: one
+// call where an attention row of a short sequence took a scalar max, two
+// exp calls (its body and a padded tail) and a scalar scaling loop.
+func softmaxBody(x []float32) (ok bool, mx float32, sum float64) {
+	if !expUseAVX || len(x) == 0 {
+		return false, 0, 0
+	}
+	mx, sum = softmaxAVX(&x[0], len(x))
+	return true, mx, sum
+}
+
 // expShiftSumBody does expShiftSum on the vector unit and returns how many
 // values it did and their sum: all of them, the last few (fewer than eight)
 // through a block padded with −Inf, whose exps are zero. Attention rows of a

@@ -109,7 +109,7 @@ sdone:
 	VEXTRACTF128 $1, Y6, X7
 	VADDPD X7, X6, X6
 	VHADDPD X6, X6, X6
-	MOVSD X6, ret+24(FP)
+	VMOVSD X6, ret+24(FP)
 	VZEROUPPER
 	RET
 
@@ -210,6 +210,167 @@ mdone:
 	VMAXPS X1, X0, X0
 	VPERMILPS $0xb1, X0, X1
 	VMAXPS X1, X0, X0
-	MOVSS X0, ret+16(FP)
+	VMOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// Lane masks for a row's last 1-7 values: the 8 dwords at tailmask<>+4·(8−t)
+// select the first t lanes.
+DATA tailmask<>+0(SB)/4, $0xffffffff
+DATA tailmask<>+4(SB)/4, $0xffffffff
+DATA tailmask<>+8(SB)/4, $0xffffffff
+DATA tailmask<>+12(SB)/4, $0xffffffff
+DATA tailmask<>+16(SB)/4, $0xffffffff
+DATA tailmask<>+20(SB)/4, $0xffffffff
+DATA tailmask<>+24(SB)/4, $0xffffffff
+DATA tailmask<>+28(SB)/4, $0xffffffff
+DATA tailmask<>+32(SB)/4, $0
+DATA tailmask<>+36(SB)/4, $0
+DATA tailmask<>+40(SB)/4, $0
+DATA tailmask<>+44(SB)/4, $0
+DATA tailmask<>+48(SB)/4, $0
+DATA tailmask<>+52(SB)/4, $0
+DATA tailmask<>+56(SB)/4, $0
+DATA tailmask<>+60(SB)/4, $0
+GLOBL tailmask<>(SB), RODATA|NOPTR, $64
+
+DATA neginf<>+0(SB)/4, $0xff800000
+GLOBL neginf<>(SB), RODATA|NOPTR, $4
+
+// TAILMASK loads into Y6 the mask of the first DX lanes (1 ≤ DX ≤ 7);
+// clobbers R8.
+#define TAILMASK \
+	MOVQ $8, R8 \
+	SUBQ DX, R8 \
+	LEAQ tailmask<>(SB), R9 \
+	VMOVUPS (R9)(R8*4), Y6
+
+// TAILLOAD loads the row's last DX values (at (SI)(AX*4)) into Y0, −Inf in
+// the other lanes; clobbers Y2, Y6 (the mask), R8, R9.
+#define TAILLOAD \
+	TAILMASK \
+	VMASKMOVPS (SI)(AX*4), Y6, Y0 \
+	VBROADCASTSS neginf<>(SB), Y2 \
+	VBLENDVPS Y6, Y0, Y2, Y0
+
+// func softmaxAVX(x *float32, n int) (mx float32, sum float64)  (n ≥ 1)
+// The softmax of x in place, in three passes on the vector unit, the row's
+// last n mod 8 values read through a masked load: its max, then
+// e^(x − max) summed in float64, then the scaling by float32(1/sum). It
+// returns the max and the sum, as normalize does. The tail's exps stay in
+// Y3 until they are scaled and go out through the stack, one by one: a
+// masked store is microcoded on AMD's cores, and its cost made attention
+// over short rows slower than the scalar tail it replaced.
+TEXT ·softmaxAVX(SB), NOSPLIT, $32-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ CX, DX
+	ANDQ $7, DX                      // tail
+	MOVQ CX, BX
+	ANDQ $-8, BX                     // whole blocks
+	VBROADCASTSS neginf<>(SB), Y5
+	VMOVAPS Y5, Y6
+	XORQ AX, AX
+	MOVQ BX, R10
+	ANDQ $-16, R10
+
+xloop2:
+	CMPQ AX, R10
+	JGE  xloop
+	VMAXPS (SI)(AX*4), Y5, Y5
+	VMAXPS 32(SI)(AX*4), Y6, Y6
+	ADDQ $16, AX
+	JMP  xloop2
+
+xloop:
+	CMPQ AX, BX
+	JGE  xtail
+	VMAXPS (SI)(AX*4), Y5, Y5
+	ADDQ $8, AX
+
+xtail:
+	VMAXPS Y6, Y5, Y5
+	TESTQ DX, DX
+	JE    xdone
+	TAILLOAD
+	VMAXPS Y0, Y5, Y5
+
+xdone:
+	VEXTRACTF128 $1, Y5, X1
+	VMAXPS X1, X5, X5
+	VPERMILPS $0x4e, X5, X1
+	VMAXPS X1, X5, X5
+	VPERMILPS $0xb1, X5, X1
+	VMAXPS X1, X5, X5
+	VMOVSS X5, mx+16(FP)
+	VBROADCASTSS X5, Y5              // the shift
+	EXPCONSTS
+	VXORPD Y7, Y7, Y7                // the sum, four lanes of float64
+	XORQ AX, AX
+
+eloop:
+	CMPQ AX, BX
+	JGE  etail
+	VMOVUPS (SI)(AX*4), Y0
+	VSUBPS Y5, Y0, Y0
+	EXP
+	VMOVUPS Y3, (SI)(AX*4)
+	VCVTPS2PD X3, Y0
+	VADDPD Y0, Y7, Y7
+	VEXTRACTF128 $1, Y3, X1
+	VCVTPS2PD X1, Y1
+	VADDPD Y1, Y7, Y7
+	ADDQ $8, AX
+	JMP  eloop
+
+etail:
+	VXORPS Y3, Y3, Y3
+	TESTQ DX, DX
+	JE    edone
+	TAILLOAD
+	VSUBPS Y5, Y0, Y0
+	EXP                              // −Inf lanes give 0
+	VCVTPS2PD X3, Y0
+	VADDPD Y0, Y7, Y7
+	VEXTRACTF128 $1, Y3, X1
+	VCVTPS2PD X1, Y1
+	VADDPD Y1, Y7, Y7
+
+edone:
+	VEXTRACTF128 $1, Y7, X1
+	VADDPD X1, X7, X7
+	VHADDPD X7, X7, X7
+	VMOVSD X7, sum+24(FP)
+	MOVQ $0x3ff0000000000000, R8
+	VMOVQ R8, X1
+	VDIVSD X7, X1, X1                // 1/sum in float64
+	VCVTSD2SS X1, X1, X1             // rounded to float32, as F(1/sum)
+	VBROADCASTSS X1, Y1
+	XORQ AX, AX
+
+sloop:
+	CMPQ AX, BX
+	JGE  stail
+	VMULPS (SI)(AX*4), Y1, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+	ADDQ $8, AX
+	JMP  sloop
+
+stail:
+	TESTQ DX, DX
+	JE    sdone2
+	VMULPS Y3, Y1, Y3
+	VMOVUPS Y3, (SP)
+	XORQ R8, R8
+
+tloop:
+	MOVL (SP)(R8*4), R9
+	MOVL R9, (SI)(AX*4)
+	INCQ AX
+	INCQ R8
+	CMPQ R8, DX
+	JL   tloop
+
+sdone2:
 	VZEROUPPER
 	RET

@@ -19,21 +19,45 @@ type Float = gemm.Float
 
 // RMSNorm: y[t] = x[t] · inv[t] · w with inv[t] = 1/sqrt(mean(x[t]²) + eps).
 // x, y: [T, D]; w: [D]; inv: [T] (saved for the backward pass).
+//
+// For float32 both passes over a row run on the vector unit (the sum of
+// squares still in float64): the scalar loops cost ~15 µs for 16 rows of the
+// small model, 17 times a decode step, and a tenth of the tiny model's
+// forward.
 func RMSNorm[F Float](y, inv, x, w []F, T, D int, eps float64) {
 	par.For(T, 64, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			xr, yr := x[t*D:(t+1)*D], y[t*D:(t+1)*D]
-			var ss float64
-			for _, v := range xr {
+			body, ss := 0, 0.0
+			if x32, ok := any(xr).([]float32); ok {
+				body, ss = sumSquaresBody(x32)
+			}
+			for _, v := range xr[body:] {
 				ss += float64(v) * float64(v)
 			}
 			r := F(1 / math.Sqrt(ss/float64(D)+eps))
 			inv[t] = r
-			for i, v := range xr {
-				yr[i] = v * r * w[i]
+			body = 0
+			if y32, ok := any(yr).([]float32); ok {
+				body = scaleMulBody(y32, any(xr).([]float32), any(w).([]float32), any(r).(float32))
+			}
+			for i := body; i < D; i++ {
+				yr[i] = xr[i] * r * w[i]
 			}
 		}
 	})
+}
+
+// Add adds src into dst (a residual connection). dst, src: same length.
+func Add[F Float](dst, src []F) {
+	body := 0
+	if d32, ok := any(dst).([]float32); ok {
+		body = addBody(d32, any(src).([]float32))
+	}
+	src = src[:len(dst)]
+	for i := body; i < len(dst); i++ {
+		dst[i] += src[i]
+	}
 }
 
 // RMSNormBackward adds dL/dx into dx given dy (the weight w is frozen).
@@ -182,6 +206,11 @@ func Softmax[F Float](row []F) { normalize(row) }
 // log, which a caller that needs none skips: on short rows that log cost
 // an eighth of attention.
 func normalize[F Float](row []F) (F, float64) {
+	if r, ok := any(row).([]float32); ok {
+		if ok, mx, sum := softmaxBody(r); ok {
+			return F(mx), sum
+		}
+	}
 	mx := maxOf(row)
 	sum := expShiftSum(row, mx)
 	inv := F(1 / sum)

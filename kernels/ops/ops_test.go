@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -63,12 +64,17 @@ func dotf(a, b []float64) float64 {
 
 func TestRMSNorm(t *testing.T) {
 	r := rng.New(1)
+	// Widths with and without a tail after the vector passes' multiples of 8.
+	for _, D := range []int{5, 24, 29, 512} {
+		T := 5
+		x, w := rand64(r, T*D), rand64(r, D)
+		want := RefRMSNorm(x, w, T, D, 1e-5)
+		y, inv := make([]float32, T*D), make([]float32, T)
+		RMSNorm(y, inv, to32(x), to32(w), T, D, 1e-5)
+		closeTo(t, fmt.Sprintf("rmsnorm D=%d", D), y, want, 1e-5)
+	}
 	T, D := 5, 24
 	x, w := rand64(r, T*D), rand64(r, D)
-	want := RefRMSNorm(x, w, T, D, 1e-5)
-	y, inv := make([]float32, T*D), make([]float32, T)
-	RMSNorm(y, inv, to32(x), to32(w), T, D, 1e-5)
-	closeTo(t, "rmsnorm", y, want, 1e-5)
 
 	f := func(x []float64) []float64 {
 		y, inv := make([]float64, T*D), make([]float64, T)
@@ -81,6 +87,20 @@ func TestRMSNorm(t *testing.T) {
 	dx := make([]float64, T*D)
 	RMSNormBackward(dx, c, x, w, inv64, T, D)
 	fdCheck(t, "rmsnorm", x, f, c, dx)
+}
+
+func TestAdd(t *testing.T) {
+	r := rng.New(4)
+	for _, n := range []int{0, 3, 8, 29, 512} {
+		a, b := rand64(r, n), rand64(r, n)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(float32(a[i]) + float32(b[i]))
+		}
+		got := to32(a)
+		Add(got, to32(b))
+		closeTo(t, fmt.Sprintf("add n=%d", n), got, want, 0)
+	}
 }
 
 func TestRope(t *testing.T) {
@@ -330,6 +350,48 @@ func TestSoftmaxPieces(t *testing.T) {
 	if l := LogSumExp(nan); l == l {
 		t.Fatalf("LogSumExp of a row with NaN = %v", l)
 	}
+	if _, sum := normalize(nan); sum == sum {
+		t.Fatalf("softmax of a row with NaN summed to %v", sum)
+	}
+}
+
+// normalize (one vector call for float32) against its pieces, at lengths
+// around the vector width, with the max in the masked tail; nothing past
+// the row is read into it or written.
+func TestNormalizeMatchesPieces(t *testing.T) {
+	r := rng.New(12)
+	for n := 1; n <= 41; n++ {
+		buf := to32(rand64(r, n+8))
+		for i := range buf {
+			buf[i] *= 10
+		}
+		for i := n; i < len(buf); i++ {
+			buf[i] = 1000 // a larger "max" just past the row
+		}
+		x := buf[:n]
+		x[n-1] = 30
+		want := append([]float32(nil), x...)
+		wantMax := maxOf(want)
+		wantSum := expShiftSum(want, wantMax)
+		inv := float32(1 / wantSum)
+		for i := range want {
+			want[i] *= inv
+		}
+		mx, sum := normalize(x)
+		if mx != wantMax || math.Abs(sum-wantSum) > 1e-12*wantSum {
+			t.Fatalf("n=%d: max %v sum %v, want %v and %v", n, mx, sum, wantMax, wantSum)
+		}
+		for i := range want {
+			if x[i] != want[i] && math.Abs(float64(x[i]-want[i])) > 1e-7 {
+				t.Fatalf("n=%d: p[%d] = %v, want %v", n, i, x[i], want[i])
+			}
+		}
+		for i := n; i < len(buf); i++ {
+			if buf[i] != 1000 {
+				t.Fatalf("n=%d: wrote %v past the row at %d", n, buf[i], i)
+			}
+		}
+	}
 }
 
 func TestExpSlice(t *testing.T) {
@@ -415,5 +477,34 @@ func BenchmarkSwiGLU(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		SwiGLU(a, g, u)
 		SwiGLUBackward(dg, du, da, g, u)
+	}
+}
+
+// BenchmarkRMSNorm is the norm at a decode step of 16 rows of the tiny and
+// the small preset, and at a 512-token training step of small.
+func BenchmarkRMSNorm(b *testing.B) {
+	for _, s := range [][2]int{{16, 32}, {16, 512}, {512, 512}} {
+		T, D := s[0], s[1]
+		r := rng.New(1)
+		x, w := to32(rand64(r, T*D)), to32(rand64(r, D))
+		y, inv := make([]float32, T*D), make([]float32, T)
+		b.Run(fmt.Sprintf("%dx%d", T, D), func(b *testing.B) {
+			for b.Loop() {
+				RMSNorm(y, inv, x, w, T, D, 1e-5)
+			}
+		})
+	}
+}
+
+// BenchmarkSoftmax is one attention row in place: the tiny model's short
+// rows (9, 16), a decode row at the bench's 80 positions, a training row.
+func BenchmarkSoftmax(b *testing.B) {
+	for _, n := range []int{9, 16, 80, 128} {
+		x := to32(rand64(rng.New(1), n))
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				Softmax(x) // a softmax of a softmax costs what the first did
+			}
+		})
 	}
 }

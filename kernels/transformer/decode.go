@@ -246,16 +246,12 @@ func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, ar *Aren
 		attend(l)
 		o := s.h // the normed input is dead now; reuse it for o_proj
 		linear(s.attn, Q, proj[F]{o, D, pw[lora.O], w.Bo, lora.O})
-		for i := range o {
-			s.x[i] += o[i]
-		}
+		ops.Add(s.x, o)
 		ops.RMSNorm(s.h, inv, s.x, w.MLPNorm, T, D, c.RMSEps)
 		linear(s.h, D, proj[F]{s.g, I, pw[lora.Gate], nil, lora.Gate}, proj[F]{s.u, I, pw[lora.Up], nil, lora.Up})
 		ops.SwiGLU(s.g, s.g, s.u)
 		linear(s.g, I, proj[F]{s.h, D, pw[lora.Down], nil, lora.Down})
-		for i := range s.h {
-			s.x[i] += s.h[i]
-		}
+		ops.Add(s.x, s.h)
 	}
 	ops.RMSNorm(out, inv, s.x, m.W.Norm, T, D, c.RMSEps)
 }

@@ -219,9 +219,7 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 
 	la.x2 = ar.Take(T * D)
 	m.project(ad, l, lora.O, la, ar, la.x2, la.attn, T, Q, D, w.Bo)
-	for i := range la.x2 {
-		la.x2[i] += x[i]
-	}
+	ops.Add(la.x2, x)
 	la.h2, la.inv2 = ar.Take(T*D), ar.Take(T)
 	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
 	la.g, la.u, la.a = ar.Take(T*I), ar.Take(T*I), ar.Take(T*I)
@@ -230,9 +228,7 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	ops.SwiGLU(la.a, la.g, la.u)
 	out := ar.Take(T * D)
 	m.project(ad, l, lora.Down, la, ar, out, la.a, T, I, D, nil)
-	for i := range out {
-		out[i] += la.x2[i]
-	}
+	ops.Add(out, la.x2)
 	return out
 }
 
