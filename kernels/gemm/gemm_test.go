@@ -146,7 +146,7 @@ func TestKernelsMatchPortable(t *testing.T) {
 		}
 		y1, y2 := randSlice(r, k), make([]float32, k)
 		copy(y2, y1)
-		axpy(0.7, x, y1)
+		Axpy(0.7, x, y1)
 		axpyGo(0.7, x, y2)
 		for i := range y1 {
 			if math.Abs(float64(y1[i]-y2[i])) > 1e-5 {

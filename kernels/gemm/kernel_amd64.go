@@ -79,7 +79,8 @@ func gemv64(x, panels []float32, y *[4 * nr]float32) {
 //go:noescape
 func axpyAVX(n int, alpha float32, x, y *float32)
 
-func axpy(alpha float32, x, y []float32) {
+// Axpy adds alpha·x into y (y at least as long as x), eight lanes at a time.
+func Axpy(alpha float32, x, y []float32) {
 	n := len(x)
 	body := n &^ 7
 	if useAVX && body > 0 {

@@ -14,7 +14,8 @@ func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
 
 func gemv64(x, panels []float32, y *[4 * nr]float32) { gemv64Go(x, panels, y) }
 
-func axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
+// Axpy adds alpha·x into y (y at least as long as x).
+func Axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
 
 func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) { dot4x2Go(x0, x1, w, ldw, out) }
 

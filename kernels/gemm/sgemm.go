@@ -469,7 +469,7 @@ func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, 
 		}
 		for p, av := range arow {
 			if av != 0 {
-				axpy(alpha*av, b[p*ldb+j:p*ldb+n], crow[j:])
+				Axpy(alpha*av, b[p*ldb+j:p*ldb+n], crow[j:])
 			}
 		}
 	}

@@ -8,9 +8,6 @@ func sumSquaresAVX(x *float32, n int) float64
 //go:noescape
 func scaleMulAVX(y, x, w *float32, n int, r float32)
 
-//go:noescape
-func addAVX(dst, src *float32, n int)
-
 // sumSquaresBody returns Σ x[i]² (in float64) over x's whole multiples of
 // eight and how many those are.
 func sumSquaresBody(x []float32) (int, float64) {
@@ -30,17 +27,5 @@ func scaleMulBody(y, x, w []float32, r float32) int {
 	}
 	_, _ = y[body-1], w[body-1]
 	scaleMulAVX(&y[0], &x[0], &w[0], body, r)
-	return body
-}
-
-// addBody adds src into dst over their whole multiples of eight and returns
-// how many.
-func addBody(dst, src []float32) int {
-	body := len(dst) &^ 7
-	if !expUseAVX || body == 0 {
-		return 0
-	}
-	_ = src[body-1]
-	addAVX(&dst[0], &src[0], body)
 	return body
 }

@@ -71,24 +71,3 @@ mloop:
 mdone:
 	VZEROUPPER
 	RET
-
-// func addAVX(dst, src *float32, n int)  (n a multiple of 8)
-// dst[i] += src[i]
-TEXT ·addAVX(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	XORQ AX, AX
-
-aloop:
-	CMPQ AX, CX
-	JGE  adone
-	VMOVUPS (DI)(AX*4), Y0
-	VADDPS (SI)(AX*4), Y0, Y0
-	VMOVUPS Y0, (DI)(AX*4)
-	ADDQ $8, AX
-	JMP  aloop
-
-adone:
-	VZEROUPPER
-	RET

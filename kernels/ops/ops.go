@@ -49,13 +49,14 @@ func RMSNorm[F Float](y, inv, x, w []F, T, D int, eps float64) {
 }
 
 // Add adds src into dst (a residual connection). dst, src: same length.
+// For float32 it is gemm's vector axpy with alpha 1, whose fused 1·x + y
+// rounds once, as the plain sum does.
 func Add[F Float](dst, src []F) {
-	body := 0
 	if d32, ok := any(dst).([]float32); ok {
-		body = addBody(d32, any(src).([]float32))
+		gemm.Axpy(1, any(src).([]float32), d32)
+		return
 	}
-	src = src[:len(dst)]
-	for i := body; i < len(dst); i++ {
+	for i := range dst {
 		dst[i] += src[i]
 	}
 }
