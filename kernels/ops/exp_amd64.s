@@ -238,7 +238,7 @@ DATA neginf<>+0(SB)/4, $0xff800000
 GLOBL neginf<>(SB), RODATA|NOPTR, $4
 
 // TAILMASK loads into Y6 the mask of the first DX lanes (1 ≤ DX ≤ 7);
-// clobbers R8.
+// clobbers R8 and R9.
 #define TAILMASK \
 	MOVQ $8, R8 \
 	SUBQ DX, R8 \
