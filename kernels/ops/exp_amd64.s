@@ -274,15 +274,15 @@ TEXT ·softmaxAVX(SB), NOSPLIT, $32-32
 	MOVQ BX, R10
 	ANDQ $-16, R10
 
-xloop2:
+xpairs:                                  // two blocks a step, two running maxes
 	CMPQ AX, R10
-	JGE  xloop
+	JGE  xlast
 	VMAXPS (SI)(AX*4), Y5, Y5
 	VMAXPS 32(SI)(AX*4), Y6, Y6
 	ADDQ $16, AX
-	JMP  xloop2
+	JMP  xpairs
 
-xloop:
+xlast:                                   // at most one whole block is left
 	CMPQ AX, BX
 	JGE  xtail
 	VMAXPS (SI)(AX*4), Y5, Y5
