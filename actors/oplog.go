@@ -14,16 +14,30 @@ import (
 // accepted in seq_id order with idempotency and fenced by the owner's Head
 // (activation epoch and next seq_id).
 
-// headTx runs fn in a store transaction fenced by owner's head: refused
-// (errFenced) unless epoch still holds the lease, and the head's next
-// seq_id set to what fn returns.
-func headTx(s *System, owner string, epoch uint64, fn func(tx *persistence.Tx) (int64, error)) error {
-	return s.store.Update(func(tx *persistence.Tx) error {
-		var h persistence.Head
-		if _, err := tx.Get(persistence.Heads, []byte(owner), &h); err != nil {
+// opOwner is what a run and a sampler grain share: the grain, the
+// activation's fence, and memos of the records only this activation writes
+// while its epoch holds the lease (its Head and its queued or executing
+// operations), so that its write functions, which run in the store's serial
+// commit loop, do not read back and decode what the grain wrote itself
+// (persistence.Memo checks the stored bytes on every read, so a failed write
+// only costs a decode).
+type opOwner struct {
+	grain
+	epoch uint64
+	head  persistence.Memo[persistence.Head]
+	ops   map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
+}
+
+// headTx runs fn in a store transaction fenced by the owner's head: refused
+// (errFenced) unless the activation's epoch still holds the lease, and the
+// head's next seq_id set to what fn returns.
+func (o *opOwner) headTx(fn func(tx *persistence.Tx) (int64, error)) error {
+	return o.sys.store.Update(func(tx *persistence.Tx) error {
+		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
+		if err != nil {
 			return err
 		}
-		if h.Epoch != epoch {
+		if h.Epoch != o.epoch {
 			return errFenced
 		}
 		next, err := fn(tx)
@@ -31,19 +45,55 @@ func headTx(s *System, owner string, epoch uint64, fn func(tx *persistence.Tx) (
 			return err
 		}
 		h.NextSeqID = next
-		return tx.Put(persistence.Heads, []byte(owner), &h)
+		return o.head.Put(tx, persistence.Heads, []byte(o.id), h)
 	})
 }
 
-// takeLease bumps owner's activation epoch (inside an activation's
-// transaction) and returns the head.
-func takeLease(tx *persistence.Tx, owner string) (persistence.Head, error) {
-	var h persistence.Head
-	if _, err := tx.Get(persistence.Heads, []byte(owner), &h); err != nil {
+// takeLease bumps the owner's activation epoch (inside an activation's
+// transaction), makes it this activation's and returns the head.
+func (o *opOwner) takeLease(tx *persistence.Tx) (persistence.Head, error) {
+	h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
+	if err != nil {
 		return h, err
 	}
 	h.Epoch++
-	return h, tx.Put(persistence.Heads, []byte(owner), &h)
+	o.epoch = h.Epoch
+	return h, o.head.Put(tx, persistence.Heads, []byte(o.id), h)
+}
+
+// op reads the owner's operation seq inside tx (the zero operation if there
+// is none), as a copy the caller may change by assignment.
+func (o *opOwner) op(tx *persistence.Tx, seq int64) (*persistence.Operation, error) {
+	op, ok, err := o.memo(seq).Get(tx, persistence.Ops, persistence.SeqKey(o.id, seq))
+	if !ok || Terminal(OpMoves, op.Status) {
+		delete(o.ops, seq)
+	}
+	return &op, err
+}
+
+// memo is operation seq's memo, made if it has none.
+func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
+	m := o.ops[seq]
+	if m == nil {
+		if o.ops == nil {
+			o.ops = map[int64]*persistence.Memo[persistence.Operation]{}
+		}
+		m = new(persistence.Memo[persistence.Operation])
+		o.ops[seq] = m
+	}
+	return m
+}
+
+// putOp writes one of the owner's operations inside tx, through its memo
+// while it is queued or executing; an ended one is not read again by its
+// grain, and leaves the memos.
+func (o *opOwner) putOp(tx *persistence.Tx, op *persistence.Operation) error {
+	key := persistence.SeqKey(o.id, op.SeqID)
+	if Terminal(OpMoves, op.Status) {
+		delete(o.ops, op.SeqID)
+		return tx.Put(persistence.Ops, key, op)
+	}
+	return o.memo(op.SeqID).Put(tx, persistence.Ops, key, *op)
 }
 
 // repeated answers a submission whose idempotency key owner has seen: the
@@ -76,13 +126,13 @@ func existingOp(s *System, owner string, key []byte) (*persistence.Operation, er
 	return op, err
 }
 
-// putAccepted writes a newly accepted operation of owner with its id index
-// and idempotency entry.
-func putAccepted(tx *persistence.Tx, owner string, op *persistence.Operation, idem []byte) error {
-	key := persistence.SeqKey(owner, op.SeqID)
-	if err := tx.Put(persistence.Ops, key, op); err != nil {
+// putAccepted writes a newly accepted operation of the owner with its id
+// index and idempotency entry.
+func (o *opOwner) putAccepted(tx *persistence.Tx, op *persistence.Operation, idem []byte) error {
+	if err := o.putOp(tx, op); err != nil {
 		return err
 	}
+	key := persistence.SeqKey(o.id, op.SeqID)
 	if err := tx.Put(persistence.Index, []byte(op.ID), key); err != nil {
 		return err
 	}
@@ -153,14 +203,14 @@ func (b *grain) admit(in msg, owner persistence.Tenant, what string) (*Submissio
 	return sub, key, acc, err
 }
 
-// sweepQueue visits owner's queued operations inside tx: fn may change one
-// (and says so, to have it written) and says whether it stays queued. It
+// sweepQueue visits the owner's queued operations inside tx: fn may change
+// one (and says so, to have it written) and says whether it stays queued. It
 // returns the operations that stay, in order.
-func sweepQueue(tx *persistence.Tx, owner string, queue []int64, fn func(op *persistence.Operation) (changed, stays bool)) ([]int64, error) {
+func (o *opOwner) sweepQueue(tx *persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool)) ([]int64, error) {
 	var left []int64
 	for _, seq := range queue {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(owner, seq), op); err != nil {
+		op, err := o.op(tx, seq)
+		if err != nil {
 			return nil, err
 		}
 		changed, stays := fn(op)
@@ -170,7 +220,7 @@ func sweepQueue(tx *persistence.Tx, owner string, queue []int64, fn func(op *per
 		if !changed {
 			continue
 		}
-		if err := tx.Put(persistence.Ops, persistence.SeqKey(owner, seq), op); err != nil {
+		if err := o.putOp(tx, op); err != nil {
 			return nil, err
 		}
 	}

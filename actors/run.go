@@ -163,12 +163,15 @@ type runEnd struct {
 // at a time on the executor, and records their outcome. It caches the run
 // record, which only it writes, fenced by the activation epoch.
 type runGrain struct {
-	grain
+	opOwner
 	run       *persistence.Run
-	epoch     uint64     // this activation's fence
 	queue     []int64    // accepted operations not started, in seq order
 	executing int64      // the operation on the executor, 0 if none
 	priceList *priceList // the session's billing snapshot, read once
+	// session is the run's session record as accept last read or wrote it:
+	// every accepted operation checks the session's lease, and extends it
+	// about once a second.
+	session persistence.Memo[persistence.Session]
 	// parsed holds, by seq_id, the parsed payloads (Submission.parsed) of
 	// queued operations this activation accepted, for the jobs that start
 	// them; an entry leaves when its seq_id leaves the queue.
@@ -205,11 +208,11 @@ func (g *runGrain) activate() error {
 			}
 			return err
 		}
-		h, lerr := takeLease(tx, g.id)
+		h, lerr := g.takeLease(tx)
 		if lerr != nil {
 			return lerr
 		}
-		g.epoch, r.NextSeqID = h.Epoch, h.NextSeqID
+		r.NextSeqID = h.NextSeqID
 		g.queue, g.parsed = g.queue[:0], map[int64]payload.Parsed{}
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
@@ -228,7 +231,7 @@ func (g *runGrain) activate() error {
 			default:
 				return nil
 			}
-			return tx.Put(persistence.Ops, persistence.SeqKey(op.RunID, op.SeqID), op)
+			return g.putOp(tx, op)
 		})
 		if err != nil {
 			return err
@@ -263,7 +266,7 @@ func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence
 // is rewritten only when fn changed something else in it.
 func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) error {
 	var next *persistence.Run
-	err := headTx(g.sys, g.id, g.epoch, func(tx *persistence.Tx) (int64, error) {
+	err := g.headTx(func(tx *persistence.Tx) (int64, error) {
 		r := *g.run
 		if err := fn(tx, &r); err != nil {
 			return 0, err
@@ -342,8 +345,8 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 	// before the executor has it.
 	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		var ss persistence.Session
-		if _, err := tx.Get(persistence.Sessions, []byte(r.SessionID), &ss); err != nil {
+		ss, _, err := g.session.Get(tx, persistence.Sessions, []byte(r.SessionID))
+		if err != nil {
 			return err
 		}
 		now := g.sys.now()
@@ -353,7 +356,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 			}
 			if lease := now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second); lease.Sub(ss.LeaseExpiresAt) >= leaseWriteEvery {
 				ss.LeaseExpiresAt = lease
-				if err := tx.Put(persistence.Sessions, []byte(ss.ID), &ss); err != nil {
+				if err := g.session.Put(tx, persistence.Sessions, []byte(ss.ID), ss); err != nil {
 					return err
 				}
 			}
@@ -373,14 +376,13 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		case payload.Cancel:
 			move(RunMoves, &r.Status, RunCancelRequested)
 		}
-		if err := putAccepted(tx, r.ID, op, idem); err != nil {
+		if err := g.putAccepted(tx, op, idem); err != nil {
 			return err
 		}
 		next = advanced{}
 		if !idle {
 			return nil
 		}
-		var err error
 		if next, err = g.advance(tx, r, []int64{op.SeqID}); err == nil && next.job != nil {
 			op.Status = OpExecuting
 		}
@@ -491,7 +493,7 @@ func (g *runGrain) stopWork(code, msg string) {
 	var left []int64
 	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if op.Kind == payload.Cancel {
 				return false, true // the cancel itself completes the run's ending
 			}
@@ -552,8 +554,8 @@ type advanced struct {
 func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
 	now := g.sys.now()
 	for i, seq := range queue {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
+		op, err := g.op(tx, seq)
+		if err != nil {
 			return advanced{}, err
 		}
 		var next *job
@@ -577,7 +579,7 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64
 				FromCheckpoint: r.CheckpointID != "", WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
 			}
 		}
-		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, seq), op); err != nil {
+		if err := g.putOp(tx, op); err != nil {
 			return advanced{}, err
 		}
 		if next != nil {
@@ -650,8 +652,8 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 	}
 	var next advanced
 	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+		op, err := g.op(tx, d.SeqID)
+		if err != nil {
 			return err
 		}
 		now := g.sys.now()
@@ -682,7 +684,7 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 				return err
 			}
 		}
-		if err := tx.Put(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+		if err := g.putOp(tx, op); err != nil {
 			return err
 		}
 		next = advanced{}
@@ -734,8 +736,8 @@ func (g *runGrain) recordWeights(tx *persistence.Tx, r *persistence.Run, version
 func (g *runGrain) handOff(d *done) error {
 	var body json.RawMessage
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, d.SeqID), op); err != nil {
+		op, err := g.op(tx, d.SeqID)
+		if err != nil {
 			return err
 		}
 		body = op.Payload
@@ -761,16 +763,13 @@ func (g *runGrain) execProgress(_ actor.Context, in msg) (any, error) {
 	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}
-	return nil, g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(r.ID, p.SeqID), op); err != nil {
+	return nil, g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
+		op, err := g.op(tx, p.SeqID)
+		if err != nil || op.Status != OpExecuting {
 			return err
-		}
-		if op.Status != OpExecuting {
-			return nil
 		}
 		now := g.sys.now()
 		op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = p.Progress, &now, now
-		return tx.Put(persistence.Ops, persistence.SeqKey(r.ID, p.SeqID), op)
+		return g.putOp(tx, op)
 	})
 }

@@ -30,9 +30,8 @@ const (
 // new version). It also serves its run's run-scoped samples, which are the
 // run's operations: it only runs them and reports to the run.
 type samplerGrain struct {
-	grain
+	opOwner
 	rec       *persistence.Sampler
-	epoch     uint64
 	queue     []int64        // accepted, not started, in seq order (pending or parked)
 	executing int64          // the sampler operation on the executor, 0 if none
 	syncing   int64          // the weight version a sync in flight loads, 0 if none
@@ -76,18 +75,18 @@ func (g *samplerGrain) activate() error {
 		if _, err := tx.Get(persistence.Runs, []byte(r.RunID), &run); err != nil {
 			return err
 		}
-		h, lerr := takeLease(tx, g.id)
+		h, lerr := g.takeLease(tx)
 		if lerr != nil {
 			return lerr
 		}
-		g.epoch, r.NextSeqID = h.Epoch, h.NextSeqID
+		r.NextSeqID = h.NextSeqID
 		g.queue = g.queue[:0]
 		now := g.sys.now()
 		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case OpExecuting:
 				failInterrupted(op, now)
-				return tx.Put(persistence.Ops, persistence.SeqKey(g.id, op.SeqID), op)
+				return g.putOp(tx, op)
 			case OpPending, OpParked:
 				g.queue = append(g.queue, op.SeqID)
 			}
@@ -107,7 +106,7 @@ func (g *samplerGrain) activate() error {
 // activation's epoch, and makes the copy the grain's once durable.
 func (g *samplerGrain) write(fn func(tx *persistence.Tx, r *persistence.Sampler) error) error {
 	var next *persistence.Sampler
-	err := headTx(g.sys, g.id, g.epoch, func(tx *persistence.Tx) (int64, error) {
+	err := g.headTx(func(tx *persistence.Tx) (int64, error) {
 		r := *g.rec
 		if err := fn(tx, &r); err != nil {
 			return 0, err
@@ -160,7 +159,7 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 		}
 		r.NextSeqID++
 		r.LastActivityAt = now
-		return putAccepted(tx, g.id, op, key)
+		return g.putAccepted(tx, op, key)
 	})
 	if err != nil {
 		return nil, err
@@ -216,7 +215,7 @@ func (g *samplerGrain) failUnreachable() {
 	var left []int64
 	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
 			req := required(op)
 			if req == nil || *req <= g.latest {
 				return false, true
@@ -275,8 +274,8 @@ func (g *samplerGrain) kick() {
 	seq := g.queue[0]
 	var op *persistence.Operation
 	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
-		op = new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, seq), op); err != nil {
+		var err error
+		if op, err = g.op(tx, seq); err != nil {
 			return err
 		}
 		if req := required(op); req != nil && *req > r.SyncedWeightVersion {
@@ -284,7 +283,7 @@ func (g *samplerGrain) kick() {
 		}
 		op.Status, op.UpdatedAt = OpExecuting, g.sys.now()
 		r.LastActivityAt = op.UpdatedAt
-		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, seq), op)
+		return g.putOp(tx, op)
 	})
 	if err != nil {
 		g.sys.log.Error("start sampler operation", "sampler", g.id, "seq", seq, "err", err)
@@ -332,7 +331,7 @@ func (g *samplerGrain) synced(_ actor.Context, in msg) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		_, err := sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
+		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if req := required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
 				op.Status, op.UpdatedAt = OpPending, now
 				return true, true
@@ -363,7 +362,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			return err
 		}
 		now := g.sys.now()
-		left, err = sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
 			if req := required(op); req != nil && *req > s.Version {
 				return false, true
 			}
@@ -398,14 +397,14 @@ func (g *samplerGrain) execDone(_ actor.Context, in msg) (any, error) {
 		return nil, err
 	}
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
-		op := new(persistence.Operation)
-		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op); err != nil {
+		op, err := g.op(tx, d.SeqID)
+		if err != nil {
 			return err
 		}
 		now := g.sys.now()
 		endWith(op, d, prices, now, false)
 		r.LastActivityAt = now
-		return tx.Put(persistence.Ops, persistence.SeqKey(g.id, d.SeqID), op)
+		return g.putOp(tx, op)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record sampler operation %d: %w", d.SeqID, err)
@@ -492,7 +491,7 @@ func (g *samplerGrain) retire(actor.Context, msg) (any, error) {
 	}
 	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
-		_, err := sweepQueue(tx, g.id, g.queue, func(op *persistence.Operation) (bool, bool) {
+		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
 			settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
 			return true, false
 		})

@@ -129,8 +129,8 @@ func Start(cfg Config) (*System, error) {
 	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: 60 * time.Second},
 		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{grain: grain{sys: s}} })),
-		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{grain: grain{sys: s}} })),
-		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{grain: grain{sys: s}} })))
+		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{grain: grain{sys: s}}} })),
+		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{grain: grain{sys: s}}} })))
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -609,11 +609,17 @@ func (t *Tx) Get(b Bucket, key []byte, v any) (bool, error) {
 
 // Put encodes v and stores it at key.
 func (t *Tx) Put(b Bucket, key []byte, v any) error {
+	_, err := t.put(b, key, v)
+	return err
+}
+
+// put is Put, returning the stored bytes (never changed afterwards).
+func (t *Tx) put(b Bucket, key []byte, v any) ([]byte, error) {
 	raw, err := marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode %s/%q: %w", b, key, err)
+		return nil, fmt.Errorf("encode %s/%q: %w", b, key, err)
 	}
-	return t.set(b, key, entry{val: raw})
+	return raw, t.set(b, key, entry{val: raw})
 }
 
 // Delete removes key.
