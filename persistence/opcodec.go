@@ -1,0 +1,118 @@
+package persistence
+
+import (
+	"encoding/binary"
+	"math"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// EncodeMsgpack writes op exactly as msgpack's reflection would (a map of
+// its tagged fields in declaration order, usage left out when empty), but
+// appended straight into a buffer: an operation record is written three
+// times in its life (accepted, executing, ended), inside the store's serial
+// commit loop, and msgpack's reflective encoder took ~4% of the service's
+// CPU at 64 clients (2.6 µs a record; 0.3 µs appended). TestOperationEncoding
+// holds the two to the same bytes with every field set, so a field added to
+// Operation and not here fails it.
+func (op *Operation) EncodeMsgpack(e *msgpack.Encoder) error {
+	_, err := e.Writer().Write(op.appendMsgpack(nil))
+	return err
+}
+
+func (op *Operation) appendMsgpack(b []byte) []byte {
+	n := 16
+	if len(op.Usage) > 0 {
+		n++
+	}
+	b = append(b, msgpcode.Map16, 0, byte(n)) // past a fixmap's 15
+	b = appendStr(appendStr(b, "id"), op.ID)
+	b = appendStr(appendStr(b, "session_id"), op.SessionID)
+	b = appendStr(appendStr(b, "run_id"), op.RunID)
+	b = appendInt64(appendStr(b, "seq_id"), op.SeqID)
+	b = appendStr(appendStr(b, "kind"), op.Kind)
+	b = appendStr(appendStr(b, "status"), op.Status)
+	b = appendBin(appendStr(b, "result"), op.Result)
+	b = appendStrPtr(appendStr(b, "error_code"), op.ErrorCode)
+	b = appendStrPtr(appendStr(b, "error_message"), op.ErrorMessage)
+	b = appendBin(appendStr(b, "progress"), op.Progress)
+	b = appendStr(b, "progress_updated_at")
+	if op.ProgressUpdatedAt == nil {
+		b = append(b, msgpcode.Nil)
+	} else {
+		b = appendTime(b, *op.ProgressUpdatedAt)
+	}
+	b = appendTime(appendStr(b, "created_at"), op.CreatedAt)
+	b = appendTime(appendStr(b, "updated_at"), op.UpdatedAt)
+	b = appendStr(appendStr(b, "idempotency_key"), op.IdempotencyKey)
+	b = appendStr(appendStr(b, "request_hash"), op.RequestHash)
+	b = appendBin(appendStr(b, "payload"), op.Payload)
+	if len(op.Usage) > 0 {
+		b = appendStr(b, "usage")
+		u, _ := msgpack.Marshal(op.Usage) // plain values: cannot fail
+		b = append(b, u...)
+	}
+	return b
+}
+
+// The appenders below write msgpack's own choices of format (what its
+// Encoder's EncodeString, EncodeBytes, EncodeInt64 and EncodeTime write).
+
+func appendStr(b []byte, s string) []byte {
+	switch l := len(s); {
+	case l < 32:
+		b = append(b, msgpcode.FixedStrLow|byte(l))
+	case l < 256:
+		b = append(b, msgpcode.Str8, byte(l))
+	case l <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Str16), uint16(l))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Str32), uint32(l))
+	}
+	return append(b, s...)
+}
+
+func appendStrPtr(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, msgpcode.Nil)
+	}
+	return appendStr(b, *s)
+}
+
+// appendBin writes a []byte (json.RawMessage) field: nil stays nil.
+func appendBin(b, v []byte) []byte {
+	switch l := len(v); {
+	case v == nil:
+		return append(b, msgpcode.Nil)
+	case l < 256:
+		b = append(b, msgpcode.Bin8, byte(l))
+	case l <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Bin16), uint16(l))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Bin32), uint32(l))
+	}
+	return append(b, v...)
+}
+
+func appendInt64(b []byte, n int64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, msgpcode.Int64), uint64(n))
+}
+
+// appendTime writes the msgpack timestamp extension (type −1) in its 4-, 8-
+// or 12-byte form.
+func appendTime(b []byte, t time.Time) []byte {
+	const timeExt = 0xff // int8(−1)
+	secs := uint64(t.Unix())
+	if secs>>34 == 0 {
+		data := uint64(t.Nanosecond())<<34 | secs
+		if data&0xffffffff00000000 == 0 {
+			return binary.BigEndian.AppendUint32(append(b, msgpcode.FixExt4, timeExt), uint32(data))
+		}
+		return binary.BigEndian.AppendUint64(append(b, msgpcode.FixExt8, timeExt), data)
+	}
+	b = append(b, msgpcode.Ext8, 12, timeExt)
+	b = binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
+	return binary.BigEndian.AppendUint64(b, secs)
+}
