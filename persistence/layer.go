@@ -64,6 +64,17 @@ func (l *layer) set(b Bucket, key string, e entry) {
 	l.bytes += len(e.val)
 }
 
+// reset empties l, keeping its maps' room: the commit loop reuses one layer
+// for each writer's own changes in turn (its entries are copied into the
+// group's by absorb), rather than growing fresh maps for every write.
+func (l *layer) reset() {
+	for _, bl := range l.buckets {
+		clear(bl.m)
+		bl.keys = nil
+	}
+	l.n, l.bytes = 0, 0
+}
+
 // absorb lays o's entries over l's.
 func (l *layer) absorb(o *layer) {
 	for b, bl := range o.buckets {

@@ -112,6 +112,7 @@ type Store struct {
 	// write failed, so what is on disk is no longer known; a restart
 	// replays the log).
 	gen                   uint64
+	own                   *layer // a writer's own changes, reused (see layer.reset)
 	pending, pendingBytes int
 	ckpt                  chan ckptResult
 	ckptPages             int
@@ -149,7 +150,7 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, queue: make(chan *write, 4*maxBatch), done: make(chan struct{})}
+	s := &Store{db: db, queue: make(chan *write, 4*maxBatch), done: make(chan struct{}), own: newLayer()}
 	if err := s.recover(path); err != nil {
 		s.closeLogs()
 		db.Close()
@@ -429,10 +430,10 @@ func (s *Store) commit(batch []*write) {
 		}
 		return
 	}
-	group := newLayer()
+	group, own := newLayer(), s.own
 	ok := batch[:0]
 	for _, w := range batch {
-		own := newLayer()
+		own.reset()
 		if err := w.fn(&Tx{btx: btx, layers: ls, batch: group, own: own}); err != nil {
 			w.err <- err
 			continue
