@@ -19,21 +19,27 @@ import (
 // it suits a node that mostly trains.
 const defaultEngineNice = 0
 
-// deprioritizeEngine runs the engine's work (the executors, and the helpers
-// of their parallel loops) on threads of its own at the given nice; 0 leaves
-// it on Go's shared threads. The engine keeps the cores Go would have given
-// it; Go gets twice as many processors, so that the engine's threads, which
-// hold theirs while the OS runs others first, never leave a request
-// goroutine without one. Call before any engine work.
-func deprioritizeEngine(nice int, log *slog.Logger) {
+// configureEngine gives the engine its cores, fixed at start: Go's
+// processors as the node starts (par's helpers are started once, for that
+// many), so that no parallel loop reads GOMAXPROCS, which takes the
+// scheduler's lock; a tiny model's forward opens ~100 loops. With a nice
+// other than 0 it also runs the engine's work (the executors, and the
+// helpers of their parallel loops) on threads of its own at that nice; the
+// engine keeps the cores Go would have given it, and Go gets twice as many
+// processors, so that the engine's threads, which hold theirs while the OS
+// runs others first, never leave a request goroutine without one. Call
+// before any engine work.
+func configureEngine(nice int, log *slog.Logger) {
+	cores := runtime.GOMAXPROCS(0)
 	if nice == 0 {
+		par.Configure(cores, nil)
 		return
 	}
 	if !threadPriorities {
 		log.Warn("engine priority: not supported on this OS, engine work runs at the node's priority")
+		par.Configure(cores, nil)
 		return
 	}
-	cores := runtime.GOMAXPROCS(0)
 	runtime.GOMAXPROCS(2 * cores)
 	par.Configure(cores, func() {
 		runtime.LockOSThread()

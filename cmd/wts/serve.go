@@ -72,7 +72,7 @@ func serveCmd(args []string) error {
 	if *engineNice < 0 || *engineNice > 19 {
 		return fmt.Errorf("--engine-nice %d: want 0 to 19", *engineNice)
 	}
-	deprioritizeEngine(*engineNice, log)
+	configureEngine(*engineNice, log)
 	if len(models) == 0 {
 		dir := filepath.Join(*data, "models", defaultModel)
 		if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, os.ErrNotExist) {

@@ -116,9 +116,9 @@ func MulAll(ps []Product) {
 // mulFew runs products of at most mc rows each in one parallel region,
 // each worker taking a share of every product's column panels.
 func mulFew(ps []Product) {
-	pp := planPool.Get().(*[]rowsPlan)
-	defer planPool.Put(pp)
-	plans := (*pp)[:0]
+	j := fewPool.Get().(*fewJob)
+	defer fewPool.Put(j)
+	plans := j.plans[:0]
 	units, work := 0, 0
 	for _, pr := range ps {
 		n, k := pr.B.N, pr.B.K
@@ -140,34 +140,47 @@ func mulFew(ps []Product) {
 	if units == 0 {
 		return
 	}
-	group, floor := 1, 2 // the tile kernels take a panel's k blocks at once
+	j.plans, j.group = plans, 1 // the tile kernels take a panel's k blocks at once
+	floor := 2
 	if plans[0].gemv {
-		group, floor = 4, 4 // gemv walks four panels at a time
+		j.group, floor = 4, 4 // gemv walks four panels at a time
 	}
 	// Every worker takes its share of every product, so the workers stream
 	// each matrix side by side, as when the products ran one by one: handing
 	// whole products to different workers made single-stream decode ~5%
 	// slower.
-	slots := max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
-	par.For(slots, 1, func(lo, hi int) {
-		for sl := lo; sl < hi; sl++ {
-			for i := range plans {
-				if a, b := plans[i].share(sl, slots, group); a < b {
-					plans[i].run(a, b)
-				}
-			}
-		}
-	})
+	j.slots = max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
+	par.For(j.slots, 1, j.body)
 	for i := range plans {
 		plans[i].release()
 	}
 	clear(plans) // drop the references to A and C
-	*pp = plans
 }
 
-// planPool recycles mulFew's plans: a decode step makes dozens of regions,
-// and allocating their plans was a few percent of a one-stream step.
-var planPool = sync.Pool{New: func() any { return new([]rowsPlan) }}
+// fewJob is one mulFew region: its plans and how its panels are shared
+// out. Jobs are recycled with their body bound once, so that a region
+// allocates nothing: a decode step makes dozens of regions, a tiny model's
+// forward ~100, and allocating their plans (which hold pointers, so the
+// collector scans them) and their closures was a few percent of either.
+type fewJob struct {
+	plans        []rowsPlan
+	slots, group int
+	body         func(lo, hi int) // runs slots [lo, hi)
+}
+
+var fewPool = sync.Pool{New: func() any {
+	j := new(fewJob)
+	j.body = func(lo, hi int) {
+		for sl := lo; sl < hi; sl++ {
+			for i := range j.plans {
+				if a, b := j.plans[i].share(sl, j.slots, j.group); a < b {
+					j.plans[i].run(a, b)
+				}
+			}
+		}
+	}
+	return j
+}}
 
 // rowsPlan is one few-rows product made ready to run panel by panel: alpha
 // folded into a copy of A when it is not 1, and for the tile kernels the

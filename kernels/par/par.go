@@ -38,7 +38,8 @@ func MinChunk(work, floor int) int {
 }
 
 // Workers is how many goroutines a parallel loop may use: the cores given
-// to Configure, or GOMAXPROCS.
+// to Configure, or GOMAXPROCS, read on every call (under the scheduler's
+// lock: a service configures its cores once instead).
 func Workers() int {
 	if cores > 0 {
 		return cores
