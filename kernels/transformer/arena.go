@@ -16,9 +16,17 @@ import (
 //
 // A nil *Arena allocates normally. An Arena is not safe for concurrent use:
 // each trainer or sampler call owns its own.
+//
+// A step asks for the same lengths in the same order as the step before, so
+// the arena first replays that step's buffers in order and looks in its
+// free lists only once the order differs: a tiny model's forward takes ~100
+// buffers, and a map lookup for each, and another to give each back, were
+// ~4% of it.
 type Arena[F gemm.Float] struct {
-	free map[int][][]F
-	used [][]F
+	free map[int][][]F // buffers not in use and not in last, by length
+	used [][]F         // handed out since Reset, in order
+	last [][]F         // the previous step's from next on: free, replayed in order
+	next int
 }
 
 // NewArena returns an empty arena.
@@ -56,7 +64,14 @@ func (a *Arena[F]) take(n int) (s []F, reused bool) {
 	if a == nil {
 		return make([]F, n), false
 	}
-	if list := a.free[n]; len(list) > 0 {
+	if a.next < len(a.last) && len(a.last[a.next]) != n {
+		a.release(a.last[a.next:]) // the order differs: stop replaying
+		a.last = a.last[:0]
+	}
+	if a.next < len(a.last) {
+		s, reused = a.last[a.next], true
+		a.next++
+	} else if list := a.free[n]; len(list) > 0 {
 		s = list[len(list)-1]
 		a.free[n] = list[:len(list)-1]
 		reused = true
@@ -80,8 +95,15 @@ func (a *Arena[F]) Reset() {
 	if a == nil {
 		return
 	}
-	for _, s := range a.used {
+	if a.next < len(a.last) {
+		a.release(a.last[a.next:])
+	}
+	a.last, a.used, a.next = a.used, a.last[:0], 0
+}
+
+// release puts buffers in the free lists.
+func (a *Arena[F]) release(bufs [][]F) {
+	for _, s := range bufs {
 		a.free[len(s)] = append(a.free[len(s)], s)
 	}
-	a.used = a.used[:0]
 }
