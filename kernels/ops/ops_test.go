@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/wts-project/wts/kernels/model"
@@ -126,6 +127,29 @@ func TestRope(t *testing.T) {
 			return y
 		}, c, dx)
 	}
+}
+
+// A model's Rope hands out the same tables NewRopeTable computes: runs of
+// positions (cut from its rows), scattered ones (copied), ones past what it
+// holds (it grows), from several goroutines at once.
+func TestRopeTables(t *testing.T) {
+	inv := InvFreq(model.Presets["tiny-llama3"])
+	rope := NewRope[float32](inv)
+	cases := [][]int{{0, 1, 2, 3}, {5, 6, 7}, {3, 0, 9, 1}, {63}, {64, 65}, {0, 1000, 4}, {2000, 2001}, {}}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, pos := range cases {
+				got, want := rope.Table(pos), NewRopeTable[float32](inv, pos)
+				if !slices.Equal(got.Cos, want.Cos) || !slices.Equal(got.Sin, want.Sin) || got.Half != want.Half {
+					t.Errorf("positions %v: the model's table differs from a fresh one", pos)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // The Llama-3 frequency rule: high frequencies unchanged, low ones divided by

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"math"
+	"sync"
+	"sync/atomic"
 
 	"github.com/wts-project/wts/kernels/model"
 )
@@ -64,6 +66,68 @@ func NewRopeTable[F Float](invFreq []float64, positions []int) *RopeTable[F] {
 			t.Sin[r*half+i] = F(math.Sin(ang))
 		}
 	}
+	return t
+}
+
+// Rope is one model's rotary angles: the table of positions 0..n−1,
+// computed once as far as any sequence has reached, from which a batch's
+// table is cut or copied. Computing a sine and a cosine per position and
+// frequency for every batch was ~2–3% of a tiny model's 16-token forward.
+// Safe for concurrent use.
+type Rope[F Float] struct {
+	invFreq []float64
+	mu      sync.Mutex                   // held while the table grows
+	rows    atomic.Pointer[RopeTable[F]] // positions 0..n−1
+}
+
+// NewRope returns the angles of inverse frequencies invFreq (InvFreq).
+func NewRope[F Float](invFreq []float64) *Rope[F] { return &Rope[F]{invFreq: invFreq} }
+
+// Table returns the table for the given absolute positions (it may share
+// the model's rows: only read it).
+func (r *Rope[F]) Table(positions []int) *RopeTable[F] {
+	half := len(r.invFreq)
+	top, run := 0, true // run: positions[0], positions[0]+1, ...
+	for i, p := range positions {
+		top = max(top, p+1)
+		run = run && p == positions[0]+i
+	}
+	all := r.upTo(top)
+	if run && len(positions) > 0 {
+		lo, hi := positions[0]*half, (positions[0]+len(positions))*half
+		return &RopeTable[F]{Cos: all.Cos[lo:hi], Sin: all.Sin[lo:hi], Half: half}
+	}
+	t := &RopeTable[F]{Cos: make([]F, len(positions)*half), Sin: make([]F, len(positions)*half), Half: half}
+	for i, p := range positions {
+		copy(t.Cos[i*half:(i+1)*half], all.Cos[p*half:(p+1)*half])
+		copy(t.Sin[i*half:(i+1)*half], all.Sin[p*half:(p+1)*half])
+	}
+	return t
+}
+
+// upTo returns rows covering positions 0..n−1, growing them (at least
+// doubling) when they fall short.
+func (r *Rope[F]) upTo(n int) *RopeTable[F] {
+	half := len(r.invFreq)
+	if t := r.rows.Load(); t != nil && len(t.Cos) >= n*half {
+		return t
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.rows.Load()
+	if t != nil && len(t.Cos) >= n*half {
+		return t
+	}
+	size := max(n, 64)
+	if t != nil && half > 0 {
+		size = max(size, 2*len(t.Cos)/half)
+	}
+	positions := make([]int, size)
+	for i := range positions {
+		positions[i] = i
+	}
+	t = NewRopeTable[F](r.invFreq, positions)
+	r.rows.Store(t)
 	return t
 }
 

@@ -16,10 +16,10 @@ import (
 
 // Model is a frozen base model ready to run.
 type Model[F gemm.Float] struct {
-	W       *model.Weights[F]
-	invFreq []float64
-	proj    [][lora.NumModules]weight[F] // per layer, indexed by LoRA module
-	head    weight[F]
+	W    *model.Weights[F]
+	rope *ops.Rope[F]
+	proj [][lora.NumModules]weight[F] // per layer, indexed by LoRA module
+	head weight[F]
 }
 
 // New prepares weights for running. For float32 every projection and the
@@ -30,7 +30,7 @@ type Model[F gemm.Float] struct {
 // about doubles; the head keeps its own, which tied models share with the
 // embeddings.
 func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
-	m := &Model[F]{W: w, invFreq: ops.InvFreq(w.Cfg), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
+	m := &Model[F]{W: w, rope: ops.NewRope[F](ops.InvFreq(w.Cfg)), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
 	c := w.Cfg
 	slab := frozenSlab[F](c)
 	for l := range w.Layers {
@@ -152,7 +152,7 @@ func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward 
 		}
 	}
 	act := &Activations[F]{B: b, ar: ar, layers: make([]layerAct[F], c.Layers),
-		rope: ops.NewRopeTable[F](m.invFreq, positions(b)), backward: backward}
+		rope: m.rope.Table(positions(b)), backward: backward}
 	x := ar.Take(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
