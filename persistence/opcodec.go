@@ -61,15 +61,10 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 // Encoder's EncodeString, EncodeBytes, EncodeInt64 and EncodeTime write).
 
 func appendStr(b []byte, s string) []byte {
-	switch l := len(s); {
-	case l < 32:
-		b = append(b, msgpcode.FixedStrLow|byte(l))
-	case l < 256:
-		b = append(b, msgpcode.Str8, byte(l))
-	case l <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Str16), uint16(l))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Str32), uint32(l))
+	if len(s) < 32 {
+		b = append(b, msgpcode.FixedStrLow|byte(len(s)))
+	} else {
+		b = appendHead(b, len(s), msgpcode.Str8, msgpcode.Str16, msgpcode.Str32)
 	}
 	return append(b, s...)
 }
@@ -83,17 +78,23 @@ func appendStrPtr(b []byte, s *string) []byte {
 
 // appendBin writes a []byte (json.RawMessage) field: nil stays nil.
 func appendBin(b, v []byte) []byte {
-	switch l := len(v); {
-	case v == nil:
+	if v == nil {
 		return append(b, msgpcode.Nil)
-	case l < 256:
-		b = append(b, msgpcode.Bin8, byte(l))
-	case l <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Bin16), uint16(l))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Bin32), uint32(l))
 	}
-	return append(b, v...)
+	return append(appendHead(b, len(v), msgpcode.Bin8, msgpcode.Bin16, msgpcode.Bin32), v...)
+}
+
+// appendHead writes a str or bin header for length l in the first of its
+// 8-, 16- and 32-bit forms (codes c8, c16, c32) that holds it.
+func appendHead(b []byte, l int, c8, c16, c32 byte) []byte {
+	switch {
+	case l < 256:
+		return append(b, c8, byte(l))
+	case l <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, c16), uint16(l))
+	default:
+		return binary.BigEndian.AppendUint32(append(b, c32), uint32(l))
+	}
 }
 
 func appendInt64(b []byte, n int64) []byte {
