@@ -18,8 +18,14 @@ import (
 // holds the two to the same bytes with every field set, so a field added to
 // Operation and not here fails it.
 func (op *Operation) EncodeMsgpack(e *msgpack.Encoder) error {
-	_, err := e.Writer().Write(op.appendMsgpack(nil))
+	_, err := e.Writer().Write(op.marshal())
 	return err
+}
+
+// marshal is op's record, in a buffer sized for it at once (ids, keys and
+// times take ~500 bytes beside the raw fields).
+func (op *Operation) marshal() []byte {
+	return op.appendMsgpack(make([]byte, 0, 512+len(op.Result)+len(op.Progress)+len(op.Payload)))
 }
 
 func (op *Operation) appendMsgpack(b []byte) []byte {

@@ -707,7 +707,7 @@ var encoders = sync.Pool{New: func() any {
 // marshal is msgpack.Marshal into a reused buffer, copied out at its size.
 func marshal(v any) ([]byte, error) {
 	if op, ok := v.(*Operation); ok {
-		return op.appendMsgpack(make([]byte, 0, 512+len(op.Result)+len(op.Progress)+len(op.Payload))), nil
+		return op.marshal(), nil
 	}
 	e := encoders.Get().(*recEncoder)
 	defer encoders.Put(e)
