@@ -3,7 +3,6 @@ package actors
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"time"
 
@@ -277,7 +276,7 @@ func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) 
 			}
 		}
 		next = &r
-		if !recordChanged(g.run, &r) {
+		if r.SameRecord(g.run) {
 			return r.NextSeqID, nil
 		}
 		r.UpdatedAt = g.sys.now()
@@ -287,14 +286,6 @@ func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) 
 		g.run = next
 	}
 	return err
-}
-
-// recordChanged reports whether b differs from a in what the run record
-// holds (the next seq_id lives in the Head).
-func recordChanged(a, b *persistence.Run) bool {
-	c := *b
-	c.NextSeqID = a.NextSeqID
-	return !reflect.DeepEqual(a, &c)
 }
 
 // accepting refuses new operations on a run that takes none.

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"time"
@@ -85,6 +86,22 @@ type Run struct {
 	// WeightsSeq is the StateSeq at which LatestWeightVersion was saved: a
 	// run-scoped sample saves a new version only when the trainer moved.
 	WeightsSeq int64 `msgpack:"weights_seq" json:"-"`
+}
+
+// SameRecord reports whether r and o hold the same run record, the next
+// seq_id aside (the run's Head holds it). A run grain asks on every write
+// whether the record changed, in the serial commit loop, where
+// reflect.DeepEqual took 2.3% of the service's CPU at 64 clients. Field by
+// field, so TestRunSameRecord changes every field by reflection: a field
+// added to Run and not compared here fails it.
+func (r *Run) SameRecord(o *Run) bool {
+	return r.ID == o.ID && r.SessionID == o.SessionID && r.Tenant == o.Tenant && r.RequestID == o.RequestID &&
+		r.Status == o.Status && r.BaseModel == o.BaseModel && r.ModelRevision == o.ModelRevision &&
+		r.ResourceProfile == o.ResourceProfile && r.TuningMode == o.TuningMode && r.LoRA == o.LoRA &&
+		r.CheckpointID == o.CheckpointID && r.SamplerID == o.SamplerID && r.LatestWeightVersion == o.LatestWeightVersion &&
+		r.ErrorCode == o.ErrorCode && bytes.Equal(r.Metadata, o.Metadata) && r.CreatedAt == o.CreatedAt &&
+		r.UpdatedAt == o.UpdatedAt && r.StateSeq == o.StateSeq && r.SnapshotSeq == o.SnapshotSeq &&
+		r.Steps == o.Steps && r.Retired == o.Retired && r.WeightsSeq == o.WeightsSeq
 }
 
 // Head is the part of a run's state that changes with every operation,
