@@ -20,6 +20,7 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/train"
+	"github.com/wts-project/wts/kernels/transformer"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -59,6 +60,7 @@ type executor struct {
 
 	// Owned by the worker goroutine.
 	trainers map[string]*trainerState
+	arena    *transformer.Arena[float32] // every trainer's buffers (see Trainer.UseArena)
 }
 
 // trainerState is a run's live trainer and how far it has got.
@@ -76,7 +78,7 @@ const progressEvery = 250 * time.Millisecond
 func newExecutor(s *System) *executor {
 	e := &executor{
 		sys: s, jobs: newInbox[func()](1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
-		trainers: map[string]*trainerState{},
+		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32](),
 	}
 	go e.work()
 	return e
@@ -296,6 +298,7 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, ki
 		}
 	}
 	tr := ts.tr
+	tr.UseArena(e.arena)
 	switch p := p.(type) {
 	case *payload.Batch:
 		run := tr.Forward

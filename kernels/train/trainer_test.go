@@ -234,3 +234,50 @@ func BenchmarkForwardTiny(b *testing.B) {
 		}
 	}
 }
+
+// Trainers that share one arena, taking turns with batches of other shapes,
+// compute exactly what trainers with arenas of their own do: nothing a pass
+// leaves in the arena reaches the next one.
+func TestSharedArena(t *testing.T) {
+	run := func(shared bool) (outs []*Output, ads []*lora.Adapter[float32]) {
+		a, b := newTrainer(t, "tiny", 4), newTrainer(t, "tiny", 2)
+		if shared {
+			ar := transformer.NewArena[float32]()
+			a.UseArena(ar)
+			b.UseArena(ar)
+		}
+		r := rng.New(9)
+		for i := range 3 {
+			for k, tr := range []*Trainer{a, b} {
+				data := ceBatch(r, 1+i+k, 5+7*i-3*k, 96)
+				fb, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tr.OptimStep(optim.Params{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-12}); err != nil {
+					t.Fatal(err)
+				}
+				fw, err := tr.Forward(context.Background(), ceBatch(r, 2, 9-i, 96), "cross_entropy", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs = append(outs, fb, fw)
+			}
+		}
+		return outs, []*lora.Adapter[float32]{a.Adapter(), b.Adapter()}
+	}
+	own, ownAds := run(false)
+	shared, sharedAds := run(true)
+	for i := range own {
+		for d := range own[i].Logprobs {
+			for p, v := range own[i].Logprobs[d] {
+				if w := shared[i].Logprobs[d][p]; w != v {
+					t.Fatalf("call %d, datum %d, position %d: logprob %v with a shared arena, %v without", i, d, p, w, v)
+				}
+			}
+		}
+	}
+	for i := range ownAds {
+		paramsEqual(t, ownAds[i], sharedAds[i], 0)
+	}
+}
