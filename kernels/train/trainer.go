@@ -42,8 +42,8 @@ func sizes(ad *lora.Adapter[float32]) []int {
 // its own arena. A caller that runs many trainers one at a time (the
 // service's executor) gives them one: activation memory then follows the
 // work in progress, not the number of runs (an arena keeps the largest
-// batch it served, ~120 MB for 4×128 tokens of the small model), and the
-// buffers stay warm in the caches from one run's job to the next.
+// batch it served, well over 100 MB for 4×128 tokens of the small model),
+// and the buffers stay warm in the caches from one run's job to the next.
 func (t *Trainer) UseArena(ar *transformer.Arena[float32]) { t.arena = ar }
 
 // Adapter is the live adapter. Samplers must Clone it, not hold it.
