@@ -97,6 +97,65 @@ func TestCachedDecodingMatchesForward(t *testing.T) {
 	}
 }
 
+// Samples of one prompt decoded in step attend over the prompt together
+// (in groups of at most maxShare), beside a row with a cache of its own;
+// each row must still get the training forward's hidden states.
+func TestDecodeSharedPrefix(t *testing.T) {
+	m, ad := fixture(t, "tiny-qwen3")
+	D, V := m.Cfg().Hidden, m.Cfg().Vocab
+	r := rng.New(5)
+	const P, steps, forks = 20, 12, maxShare + 2
+	prompt := randTokens(r, P, V)
+	seqs := make([][]int, forks+1) // the forks' sequences, then the lone row's
+	for i := range seqs {
+		seqs[i] = append(append([]int(nil), prompt...), randTokens(r, steps+1, V)...)
+	}
+	seqs[forks] = randTokens(r, P+steps+1, V)
+	full, err := m.Forward(ad, Pack(seqs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := m.Freeze(ad)
+	root, lone := m.NewCache(), m.NewCache()
+	if _, err := m.Extend(z, root, prompt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Extend(z, lone, seqs[forks][:P]); err != nil {
+		t.Fatal(err)
+	}
+	caches := []*Cache[float32]{lone}
+	for range forks {
+		caches = append(caches, root.Fork())
+	}
+	rows := append([][]int{seqs[forks]}, seqs[:forks]...) // row b decodes rows[b]
+	if got := shareGroups(caches); len(got) != len(caches) {
+		t.Fatalf("groups %v over a %d-token prompt: want one a row", got, P)
+	}
+	defer func(n int) { minShared = n }(minShared)
+	minShared = P
+	if got := shareGroups(caches); len(got) != 3 || len(got[1]) != maxShare || len(got[2]) != 2 {
+		t.Fatalf("groups %v: want the lone row, then %d forks and 2", got, maxShare)
+	}
+	L := P + steps + 1
+	for p := P; p < P+steps; p++ {
+		feed := make([]int, len(rows))
+		for b, s := range rows {
+			feed[b] = s[p]
+		}
+		out, err := m.Decode(z, caches, feed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range rows {
+			i := b - 1 // the sequence's index in seqs
+			if b == 0 {
+				i = forks
+			}
+			near(t, "shared prefix decode", out[b*D:(b+1)*D], full.Hidden[(i*L+p)*D:(i*L+p+1)*D], 1e-4)
+		}
+	}
+}
+
 func TestBadTokensAndLength(t *testing.T) {
 	m, ad := fixture(t, "tiny")
 	if _, err := m.Forward(ad, Pack([][]int{{1, 96}}), nil); !errors.Is(err, kerr.ErrTokenRange) {
