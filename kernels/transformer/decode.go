@@ -311,7 +311,7 @@ func (m *Model[F]) DecodeRows(zs []*Frozen[F], caches []*Cache[F], tokens []int,
 	m.cachedForward(groupRows(zs), s, out, ar, func(l int) {
 		Q, group := cfg.QDim(), cfg.Heads/cfg.KVHeads
 		scale := F(1 / math.Sqrt(float64(hd)))
-		work := 2 * group * caches[0].Len() * hd // a group's q·kᵀ and p·v
+		work := 2 * group * caches[0].Len() * hd // one sequence's q·kᵀ and p·v for a KV head (a share of several does more)
 		// Each (share, KV head) ropes its sequences' query groups and keys
 		// and writes their keys and values into the caches where it
 		// attends: done serially first, the cache writes alone (each a cold
