@@ -56,9 +56,50 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	b = appendStr(appendStr(b, "request_hash"), op.RequestHash)
 	b = appendBin(appendStr(b, "payload"), op.Payload)
 	if len(op.Usage) > 0 {
-		b = appendStr(b, "usage")
-		u, _ := msgpack.Marshal(op.Usage) // plain values: cannot fail
-		b = append(b, u...)
+		b = appendUsage(appendStr(b, "usage"), op.Usage)
+	}
+	return b
+}
+
+// appendUsage writes an ended operation's usage components; by reflection
+// they were half the cost of its record (~2% of the service's CPU at 64
+// clients).
+func appendUsage(b []byte, us []Usage) []byte {
+	switch l := len(us); {
+	case l < 16:
+		b = append(b, msgpcode.FixedArrayLow|byte(l))
+	case l <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, msgpcode.Array16), uint16(l))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, msgpcode.Array32), uint32(l))
+	}
+	for i := range us {
+		u := &us[i]
+		ids := [...]struct{ name, v string }{{"session_id", u.SessionID}, {"run_id", u.RunID}, {"operation_id", u.OperationID}, {"provider", u.Provider}}
+		n := 7 // the fields without omitempty
+		for _, f := range ids {
+			if f.v != "" {
+				n++
+			}
+		}
+		b = append(b, msgpcode.FixedMapLow|byte(n))
+		for _, f := range ids {
+			if f.v != "" {
+				b = appendStr(appendStr(b, f.name), f.v)
+			}
+		}
+		b = appendStr(appendStr(b, "meter"), u.Meter)
+		b = appendInt64(appendStr(b, "quantity"), u.Quantity)
+		b = appendStr(appendStr(b, "unit"), u.Unit)
+		b = appendInt64(appendStr(b, "cost_microusd"), u.CostMicroUSD)
+		b = appendStr(appendStr(b, "settlement_status"), u.SettlementStatus)
+		b = appendTime(appendStr(b, "observed_at"), u.ObservedAt)
+		b = appendStr(b, "settled_at")
+		if u.SettledAt == nil {
+			b = append(b, msgpcode.Nil)
+		} else {
+			b = appendTime(b, *u.SettledAt)
+		}
 	}
 	return b
 }

@@ -41,12 +41,36 @@ func fillOperation(t testing.TB, seq int64) *Operation {
 			tm := at.Add(-time.Hour)
 			*x = &tm
 		case *[]Usage:
-			*x = []Usage{{Meter: "train_tokens", Quantity: 16, CostMicroUSD: 3, SettlementStatus: "settled", ObservedAt: at}}
+			*x = []Usage{{Meter: "train_tokens", Quantity: 16, CostMicroUSD: 3, SettlementStatus: "settled", ObservedAt: at}, fillUsage(t, at)}
 		default:
 			t.Fatalf("fillOperation does not know field %s (%s): teach it, and EncodeMsgpack", name, f.Type())
 		}
 	}
 	return op
+}
+
+// fillUsage is a usage component with every field set, by reflection, as
+// fillOperation's operation.
+func fillUsage(t testing.TB, at time.Time) Usage {
+	var u Usage
+	v := reflect.ValueOf(&u).Elem()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		switch x := f.Addr().Interface().(type) {
+		case *string:
+			*x = "value of " + name
+		case *int64:
+			*x = -int64(i) << 33
+		case *time.Time:
+			*x = at.Add(time.Duration(i) * time.Hour)
+		case **time.Time:
+			tm := at.Add(-time.Hour)
+			*x = &tm
+		default:
+			t.Fatalf("fillUsage does not know field %s (%s): teach it, and appendUsage", name, f.Type())
+		}
+	}
+	return u
 }
 
 // Operation's hand-written encoder writes the bytes msgpack's reflection
@@ -63,7 +87,8 @@ func TestOperationEncoding(t *testing.T) {
 	long := &Operation{ID: strings.Repeat("i", 32), Kind: strings.Repeat("k", 255), Status: strings.Repeat("s", 256),
 		RequestHash: strings.Repeat("h", 1<<16), Result: bytes.Repeat([]byte("r"), 256), Progress: bytes.Repeat([]byte("p"), 1<<16),
 		Payload: bytes.Repeat([]byte("y"), 255)}
-	cases := map[string]*Operation{"full": full, "zero": {}, "sparse": sparse, "negative": negative, "times": times, "long": long}
+	many := &Operation{Usage: make([]Usage, 17)}
+	cases := map[string]*Operation{"full": full, "zero": {}, "sparse": sparse, "negative": negative, "times": times, "long": long, "many usages": many}
 	for name, op := range cases {
 		got, err := msgpack.Marshal(op)
 		if err != nil {
@@ -90,7 +115,7 @@ func TestOperationEncoding(t *testing.T) {
 
 func BenchmarkOperationEncoding(b *testing.B) {
 	op := fillOperation(b, 42)
-	op.Usage = nil
+	op.Usage = op.Usage[:1] // an ended forward's record
 	for _, c := range []struct {
 		name string
 		v    any
