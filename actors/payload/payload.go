@@ -233,8 +233,11 @@ func Parse(kind string, raw []byte) (Parsed, error) {
 	switch kind {
 	case Forward, ForwardBackward:
 		var b Batch
-		if err := Strict(raw, &b, "payload"); err != nil {
-			return nil, err
+		if !fastBatch(raw, &b) {
+			b = Batch{}
+			if err := Strict(raw, &b, "payload"); err != nil {
+				return nil, err
+			}
 		}
 		return &b, b.check()
 	case OptimStep:
@@ -307,21 +310,33 @@ func (b *Batch) check() error {
 		return &Invalid{"payload.loss_fn", err.Error()}
 	}
 	for i, d := range b.Data {
-		at := fmt.Sprintf("payload.data[%d]", i)
-		if err := d.ModelInput.Check(at + ".model_input"); err != nil {
+		if err := d.check(fn); err != nil {
+			var inv *Invalid
+			if errors.As(err, &inv) {
+				inv.Field = fmt.Sprintf("payload.data[%d]", i) + inv.Field
+			}
 			return err
 		}
-		if d.LossFnInputs == nil {
-			return &Invalid{at + ".loss_fn_inputs", "is required"}
-		}
-		in := d.inputs()
-		if err := fn.Check(&in, len(d.ModelInput.TokenIDs)); err != nil {
-			return &Invalid{at + ".loss_fn_inputs", err.Error()}
-		}
-		for j, t := range in.TargetTokens {
-			if t < 0 {
-				return &Invalid{fmt.Sprintf("%s.loss_fn_inputs.target_tokens[%d]", at, j), "must be >= 0"}
-			}
+	}
+	return nil
+}
+
+// check applies the datum rules; an Invalid's field is relative to the
+// datum (".model_input..."), so that a valid batch formats no paths.
+func (d *Datum) check(fn *loss.Fn) error {
+	if err := d.ModelInput.Check(".model_input"); err != nil {
+		return err
+	}
+	if d.LossFnInputs == nil {
+		return &Invalid{".loss_fn_inputs", "is required"}
+	}
+	in := d.inputs()
+	if err := fn.Check(&in, len(d.ModelInput.TokenIDs)); err != nil {
+		return &Invalid{".loss_fn_inputs", err.Error()}
+	}
+	for j, t := range in.TargetTokens {
+		if t < 0 {
+			return &Invalid{fmt.Sprintf(".loss_fn_inputs.target_tokens[%d]", j), "must be >= 0"}
 		}
 	}
 	return nil
