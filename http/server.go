@@ -269,11 +269,22 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 	write(ctx, 200, map[string]string{"status": "ready"})
 }
 
-// decodeBody copies the request body and strictly decodes it into v.
+// decodeBody copies the request body and strictly decodes it into v: with
+// v's plain decoder when it has one and the body suits it, else Strict.
 func decodeBody(ctx *fasthttp.RequestCtx, v any) ([]byte, error) {
 	body := append([]byte(nil), ctx.PostBody()...)
 	if len(body) == 0 {
 		return nil, &payload.Malformed{Reason: "the request body is empty; send a JSON object"}
 	}
+	if p, ok := v.(plainDecoder); ok && p.decodePlain(body) {
+		return body, nil
+	}
 	return body, payload.Strict(body, v, "")
+}
+
+// plainDecoder is a body that decodes scan's plain shape itself (see
+// scan.Scanner), without reflection. decodePlain returns false for any
+// other input, leaving the body zero for Strict.
+type plainDecoder interface {
+	decodePlain(body []byte) bool
 }
