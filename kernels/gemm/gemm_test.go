@@ -3,6 +3,7 @@ package gemm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -118,12 +119,16 @@ func TestKernelsMatchPortable(t *testing.T) {
 			}
 		}
 		x1 := randSlice(r, k)
-		var p1, p2 [8]float32
-		dot4x2(x, x1, w, k+2, &p1)
-		dot4x2Go(x, x1, w, k+2, &p2)
-		for i := range p1 {
-			if math.Abs(float64(p1[i]-p2[i])) > 1e-4 {
-				t.Fatalf("dot4x2 k=%d: %v vs %v", k, p1, p2)
+		for _, quads := range []int{1, 3} {
+			ws := randSlice(r, 4*quads*(k+2))
+			c0, c1 := randSlice(r, 4*quads), randSlice(r, 4*quads)
+			g0, g1 := slices.Clone(c0), slices.Clone(c1)
+			dots4x2(x, x1, ws, k+2, quads, 0.75, c0, c1)
+			dots4x2Go(x, x1, ws, k+2, quads, 0.75, g0, g1)
+			for i := range c0 {
+				if math.Abs(float64(c0[i]-g0[i])) > 1e-4 || math.Abs(float64(c1[i]-g1[i])) > 1e-4 {
+					t.Fatalf("dots4x2 k=%d quads=%d: %v %v vs %v %v", k, quads, c0, c1, g0, g1)
+				}
 			}
 		}
 		var g1, g2 [nr]float32

@@ -95,24 +95,21 @@ func Axpy(alpha float32, x, y []float32) {
 }
 
 //go:noescape
-func dot4x2AVX(k int, x0, x1, w *float32, ldw int, out *[8]float32)
+func dots4x2AVX(k int, x0, x1, w *float32, ldw, quads int, alpha float32, c0, c1 *float32)
 
-func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) {
+// dots4x2 adds alpha·(x0·w_j) into c0[j] and alpha·(x1·w_j) into c1[j]
+// for the 4·quads rows w_j = w[j·ldw:] (len(x0) long), four rows at a time.
+func dots4x2(x0, x1, w []float32, ldw, quads int, alpha float32, c0, c1 []float32) {
 	k := len(x0)
-	body := k &^ 7
-	if !useAVX || body == 0 {
-		dot4x2Go(x0, x1, w, ldw, out)
+	if !useAVX || k == 0 || k&7 != 0 || quads == 0 {
+		dots4x2Go(x0, x1, w, ldw, quads, alpha, c0, c1)
 		return
 	}
+	// Bounds the assembly relies on, checked once.
 	_ = x1[k-1]
-	_ = w[3*ldw+k-1]
-	dot4x2AVX(body, &x0[0], &x1[0], &w[0], ldw, out)
-	for p := body; p < k; p++ { // the tail past the last multiple of 8
-		for t := 0; t < 4; t++ {
-			out[t] += x0[p] * w[t*ldw+p]
-			out[4+t] += x1[p] * w[t*ldw+p]
-		}
-	}
+	_ = w[(4*quads-1)*ldw+k-1]
+	_, _ = c0[4*quads-1], c1[4*quads-1]
+	dots4x2AVX(k, &x0[0], &x1[0], &w[0], ldw, quads, alpha, &c0[0], &c1[0])
 }
 
 func dot4(x, w []float32, ldw int, out *[4]float32) {

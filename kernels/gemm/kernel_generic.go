@@ -29,13 +29,13 @@ func dot4Go(x, w []float32, ldw int, out *[4]float32) {
 	}
 }
 
-// dot4x2Go computes the dot products of x0 and of x1 with four rows of w:
-// out[t] = x0·w_t, out[4+t] = x1·w_t.
-func dot4x2Go(x0, x1, w []float32, ldw int, out *[8]float32) {
+// dots4x2Go is dots4x2 in plain Go.
+func dots4x2Go(x0, x1, w []float32, ldw, quads int, alpha float32, c0, c1 []float32) {
 	k := len(x0)
-	for t := 0; t < 4; t++ {
-		out[t] = dotGo(x0, w[t*ldw:t*ldw+k])
-		out[4+t] = dotGo(x1, w[t*ldw:t*ldw+k])
+	for j := 0; j < 4*quads; j++ {
+		row := w[j*ldw : j*ldw+k]
+		c0[j] += alpha * dotGo(x0, row)
+		c1[j] += alpha * dotGo(x1, row)
 	}
 }
 

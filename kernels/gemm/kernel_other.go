@@ -17,7 +17,9 @@ func gemv64(x, panels []float32, y *[4 * nr]float32) { gemv64Go(x, panels, y) }
 // Axpy adds alpha·x into y (y at least as long as x).
 func Axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
 
-func dot4x2(x0, x1, w []float32, ldw int, out *[8]float32) { dot4x2Go(x0, x1, w, ldw, out) }
+func dots4x2(x0, x1, w []float32, ldw, quads int, alpha float32, c0, c1 []float32) {
+	dots4x2Go(x0, x1, w, ldw, quads, alpha, c0, c1)
+}
 
 // rowStrips has no portable fast form: rowAxpyGemm's axpy loop does it all.
 func rowStrips(alpha float32, a, b []float32, ldb, n int, c []float32) int { return 0 }

@@ -499,23 +499,25 @@ func smallGemm(loop loopFunc, ta bool, m, n, k int, alpha float32, a []float32, 
 
 // smallQuads computes smallGemm's output columns [4·lo, 4·hi).
 func smallQuads(lo, hi, m, n, k int, alpha float32, rows []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	var out [4]float32
-	var out2 [8]float32
-	for q := lo; q < hi; q++ {
-		j0 := q * 4
-		i := 0
-		// Pairs of rows share each weight load (decode batches).
-		for ; j0+4 <= n && i+2 <= m; i += 2 {
-			dot4x2(rows[i*lda:i*lda+k], rows[(i+1)*lda:(i+1)*lda+k], b[j0*ldb:], ldb, &out2)
-			c0, c1 := c[i*ldc:], c[(i+1)*ldc:]
-			for t := 0; t < 4; t++ {
-				c0[j0+t] += alpha * out2[t]
-				c1[j0+t] += alpha * out2[4+t]
-			}
+	full := min(hi, n/4) // quads [lo, full) have all four columns
+	i := 0
+	if full > lo {
+		// Pairs of rows share each weight load (decode batches), every
+		// full quad in one call.
+		for ; i+2 <= m; i += 2 {
+			dots4x2(rows[i*lda:i*lda+k], rows[(i+1)*lda:(i+1)*lda+k], b[4*lo*ldb:], ldb, full-lo, alpha,
+				c[i*ldc+4*lo:], c[(i+1)*ldc+4*lo:])
 		}
-		for ; i < m; i++ {
-			x := rows[i*lda : i*lda+k]
-			crow := c[i*ldc:]
+	}
+	var out [4]float32
+	for q := lo; q < hi; q++ {
+		j0, r := q*4, 0
+		if q < full {
+			r = i // the pairs have these columns
+		}
+		for ; r < m; r++ {
+			x := rows[r*lda : r*lda+k]
+			crow := c[r*ldc:]
 			if j0+4 <= n {
 				dot4(x, b[j0*ldb:], ldb, &out)
 				for t := 0; t < 4; t++ {
