@@ -27,6 +27,11 @@ type Arena[F gemm.Float] struct {
 	used [][]F         // handed out since Reset, in order
 	last [][]F         // the previous step's from next on: free, replayed in order
 	next int
+	// acts is a pass's record of its activations, handed out once between
+	// resets (actsOut): with ~1 KB of slice headers per layer, a tiny
+	// model's forward allocated it afresh for every submission.
+	acts    *Activations[F]
+	actsOut bool
 }
 
 // NewArena returns an empty arena.
@@ -99,6 +104,23 @@ func (a *Arena[F]) Reset() {
 		a.release(a.last[a.next:])
 	}
 	a.last, a.used, a.next = a.used, a.last[:0], 0
+	a.actsOut = false
+}
+
+// activations returns an empty activations record with room for layers:
+// the arena's own once between resets, a fresh one otherwise.
+func (a *Arena[F]) activations(layers int) *Activations[F] {
+	if a == nil || a.actsOut {
+		return &Activations[F]{layers: make([]layerAct[F], layers)}
+	}
+	a.actsOut = true
+	if a.acts == nil || cap(a.acts.layers) < layers {
+		a.acts = &Activations[F]{layers: make([]layerAct[F], layers)}
+	}
+	ls := a.acts.layers[:layers]
+	clear(ls)
+	*a.acts = Activations[F]{layers: ls}
+	return a.acts
 }
 
 // release puts buffers in the free lists.

@@ -85,3 +85,22 @@ func countFree(a *Arena[float32]) int {
 	}
 	return n
 }
+
+// Two passes on one arena between resets keep records of their own, and
+// the arena's record comes back empty after a reset: a Backward reads its
+// pass's record, which a second pass must not overwrite.
+func TestArenaActivations(t *testing.T) {
+	m, ad := fixture(t, "tiny")
+	a := NewArena[float32]()
+	seq := randTokens(rng.New(4), 9, m.Cfg().Vocab)
+	first, _ := m.Forward(ad, Pack([][]int{seq}), a)
+	second, _ := m.Forward(ad, Pack([][]int{seq[:5]}), a)
+	if first == second || first.T() != 9 || second.T() != 5 {
+		t.Fatalf("passes between resets share a record: %p %p, T %d %d", first, second, first.T(), second.T())
+	}
+	a.Reset()
+	third, _ := m.Forward(nil, Pack([][]int{seq[:3]}), a)
+	if third != first || third.T() != 3 || third.layers[0].lu[0] != nil {
+		t.Fatalf("after a reset: record %p (arena's %p), T %d, a LoRA buffer left %v", third, first, third.T(), third.layers[0].lu[0] != nil)
+	}
+}

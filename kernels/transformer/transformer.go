@@ -151,8 +151,8 @@ func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward 
 			return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, L, c.MaxPos)
 		}
 	}
-	act := &Activations[F]{B: b, ar: ar, layers: make([]layerAct[F], c.Layers),
-		rope: m.rope.Table(positions(b)), backward: backward}
+	act := ar.activations(c.Layers)
+	act.B, act.ar, act.rope, act.backward = b, ar, m.rope.Table(positions(b)), backward
 	x := ar.Take(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
