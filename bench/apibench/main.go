@@ -75,6 +75,7 @@ func main() {
 		svc.WaitExecuted() // the next level starts on an idle executor
 		executed := time.Since(start)
 		cpu1, _ := svc.CPU()
+		done := svc.Scrape()
 		fmt.Printf("%8d | %12.0f %9.2f %9.2f | %12.0f %9.2f %9.2f | %.2f\n", c, s.rate, s.p50, s.p99, p.rate, p.p50, p.p99, s.rate/p.rate)
 		commits := after["wts_store_commits_total"] - before["wts_store_commits_total"]
 		fmt.Printf("%8s   store: %.0f group commits, %.1f writes and %.1f pages each, %.2f ms each (fsync included)\n", "", commits,
@@ -87,6 +88,11 @@ func main() {
 		if cpuOK {
 			fmt.Printf("%8s   service CPU: %.0f µs per submission, its execution included\n", "", float64((cpu1-cpu0).Microseconds())/float64(per*c))
 		}
+		// Allocation drives the collector, whose cycles are among the
+		// stalls the slow requests wait out.
+		fmt.Printf("%8s   service memory: %.1f KB allocated per submission, its execution included; %.0f collections\n", "",
+			(done["go_memstats_alloc_bytes_total"]-before["go_memstats_alloc_bytes_total"])/1024/float64(per*c),
+			done["go_gc_duration_seconds_count"]-before["go_gc_duration_seconds_count"])
 		if s.errors > 0 || p.errors > 0 {
 			fmt.Printf("         errors: service %d (first: %s), peer %d\n", s.errors, s.firstError, p.errors)
 		}
