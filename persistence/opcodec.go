@@ -51,12 +51,7 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	b = appendStrPtr(appendStr(b, "error_code"), op.ErrorCode)
 	b = appendStrPtr(appendStr(b, "error_message"), op.ErrorMessage)
 	b = appendBin(appendStr(b, "progress"), op.Progress)
-	b = appendStr(b, "progress_updated_at")
-	if op.ProgressUpdatedAt == nil {
-		b = append(b, msgpcode.Nil)
-	} else {
-		b = appendTime(b, *op.ProgressUpdatedAt)
-	}
+	b = appendTimePtr(appendStr(b, "progress_updated_at"), op.ProgressUpdatedAt)
 	b = appendTime(appendStr(b, "created_at"), op.CreatedAt)
 	b = appendTime(appendStr(b, "updated_at"), op.UpdatedAt)
 	b = appendStr(appendStr(b, "idempotency_key"), op.IdempotencyKey)
@@ -101,12 +96,7 @@ func appendUsage(b []byte, us []Usage) []byte {
 		b = appendInt64(appendStr(b, "cost_microusd"), u.CostMicroUSD)
 		b = appendStr(appendStr(b, "settlement_status"), u.SettlementStatus)
 		b = appendTime(appendStr(b, "observed_at"), u.ObservedAt)
-		b = appendStr(b, "settled_at")
-		if u.SettledAt == nil {
-			b = append(b, msgpcode.Nil)
-		} else {
-			b = appendTime(b, *u.SettledAt)
-		}
+		b = appendTimePtr(appendStr(b, "settled_at"), u.SettledAt)
 	}
 	return b
 }
@@ -128,6 +118,13 @@ func appendStrPtr(b []byte, s *string) []byte {
 		return append(b, msgpcode.Nil)
 	}
 	return appendStr(b, *s)
+}
+
+func appendTimePtr(b []byte, t *time.Time) []byte {
+	if t == nil {
+		return append(b, msgpcode.Nil)
+	}
+	return appendTime(b, *t)
 }
 
 // appendBin writes a []byte (json.RawMessage) field: nil stays nil.

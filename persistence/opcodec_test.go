@@ -18,10 +18,17 @@ type plainOperation Operation
 
 // fillOperation sets every field of an operation to a value that is not
 // empty, by reflection, so that a field added to Operation is filled too
-// (and fails the test until EncodeMsgpack writes it).
+// (and fails the test until EncodeMsgpack writes it); its usage holds a
+// component with the omitempty fields empty and one with every field set.
 func fillOperation(t testing.TB, seq int64) *Operation {
 	op := new(Operation)
-	v := reflect.ValueOf(op).Elem()
+	fill(t, op, seq)
+	return op
+}
+
+// fill sets every field of the struct *ptr to a value that is not empty.
+func fill(t testing.TB, ptr any, seq int64) {
+	v := reflect.ValueOf(ptr).Elem()
 	at := time.Date(2026, 11, 22, 3, 4, 5, 678901234, time.UTC)
 	for i := range v.NumField() {
 		f, name := v.Field(i), v.Type().Field(i).Name
@@ -29,7 +36,7 @@ func fillOperation(t testing.TB, seq int64) *Operation {
 		case *string:
 			*x = "value of " + name
 		case *int64:
-			*x = seq
+			*x = seq - int64(i)<<33
 		case *json.RawMessage:
 			*x = json.RawMessage(fmt.Sprintf(`{"field":%q}`, name))
 		case **string:
@@ -41,36 +48,13 @@ func fillOperation(t testing.TB, seq int64) *Operation {
 			tm := at.Add(-time.Hour)
 			*x = &tm
 		case *[]Usage:
-			*x = []Usage{{Meter: "train_tokens", Quantity: 16, CostMicroUSD: 3, SettlementStatus: "settled", ObservedAt: at}, fillUsage(t, at)}
+			var full Usage
+			fill(t, &full, seq)
+			*x = []Usage{{Meter: "train_tokens", Quantity: 16, CostMicroUSD: 3, SettlementStatus: "settled", ObservedAt: at}, full}
 		default:
-			t.Fatalf("fillOperation does not know field %s (%s): teach it, and EncodeMsgpack", name, f.Type())
+			t.Fatalf("fill does not know field %s (%s): teach it, and the hand-written encoder", name, f.Type())
 		}
 	}
-	return op
-}
-
-// fillUsage is a usage component with every field set, by reflection, as
-// fillOperation's operation.
-func fillUsage(t testing.TB, at time.Time) Usage {
-	var u Usage
-	v := reflect.ValueOf(&u).Elem()
-	for i := range v.NumField() {
-		f, name := v.Field(i), v.Type().Field(i).Name
-		switch x := f.Addr().Interface().(type) {
-		case *string:
-			*x = "value of " + name
-		case *int64:
-			*x = -int64(i) << 33
-		case *time.Time:
-			*x = at.Add(time.Duration(i) * time.Hour)
-		case **time.Time:
-			tm := at.Add(-time.Hour)
-			*x = &tm
-		default:
-			t.Fatalf("fillUsage does not know field %s (%s): teach it, and appendUsage", name, f.Type())
-		}
-	}
-	return u
 }
 
 // Operation's hand-written encoder writes the bytes msgpack's reflection
