@@ -135,6 +135,24 @@ func dot(x, y []float32) float32 {
 func rowStrip64AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
 
 //go:noescape
+func rows8x8AVX(k int, alpha float32, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
+
+// rows8x8 adds alpha·A·B into the 8×8 block at c (row stride ldc) for A
+// [8, k] (stride lda) and B [k, 8] (stride ldb), and reports whether it
+// did (false: no AVX, or k 0).
+func rows8x8(k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
+	if !useAVX || k == 0 {
+		return false
+	}
+	// Bounds the assembly relies on, checked once.
+	_ = a[7*lda+k-1]
+	_ = b[(k-1)*ldb+7]
+	_ = c[7*ldc+7]
+	rows8x8AVX(k, alpha, &a[0], lda, &b[0], ldb, &c[0], ldc)
+	return true
+}
+
+//go:noescape
 func rowStrip8AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
 
 // rowStrips adds alpha·a·B[:, 0:n] into c for a [k] and B [k, n] (row stride

@@ -579,6 +579,72 @@ strip64:
 	VZEROUPPER
 	RET
 
+// func rows8x8AVX(k int, alpha float32, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
+// For the eight rows i: c[i·ldc : i·ldc+8] += alpha·Σ_{p<k} a[i·lda+p]·
+// b[p·ldb : p·ldb+8], k ≥ 1. A block of few-row products whose B is under
+// 64 columns wide (attention's p·v at small head dims, LoRA's thin u·Bᵀ):
+// row by row, eight columns at a time, they cost a call per row and strip.
+TEXT ·rows8x8AVX(SB), NOSPLIT, $0-64
+	MOVQ k+0(FP), CX
+	MOVQ a+16(FP), SI
+	MOVQ lda+24(FP), R11
+	SHLQ $2, R11
+	LEAQ (R11)(R11*2), R12 // 3·lda bytes
+	LEAQ (SI)(R11*4), BX   // row 4
+	MOVQ b+32(FP), DI
+	MOVQ ldb+40(FP), R8
+	SHLQ $2, R8
+	ZERO8
+
+r88loop:
+	VMOVUPS (DI), Y8
+	VBROADCASTSS (SI), Y9
+	VFMADD231PS Y8, Y9, Y0
+	VBROADCASTSS (SI)(R11*1), Y10
+	VFMADD231PS Y8, Y10, Y1
+	VBROADCASTSS (SI)(R11*2), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VBROADCASTSS (SI)(R12*1), Y12
+	VFMADD231PS Y8, Y12, Y3
+	VBROADCASTSS (BX), Y9
+	VFMADD231PS Y8, Y9, Y4
+	VBROADCASTSS (BX)(R11*1), Y10
+	VFMADD231PS Y8, Y10, Y5
+	VBROADCASTSS (BX)(R11*2), Y11
+	VFMADD231PS Y8, Y11, Y6
+	VBROADCASTSS (BX)(R12*1), Y12
+	VFMADD231PS Y8, Y12, Y7
+	ADDQ $4, SI
+	ADDQ $4, BX
+	ADDQ R8, DI
+	DECQ CX
+	JNZ  r88loop
+
+	VBROADCASTSS alpha+8(FP), Y15
+	MOVQ c+48(FP), DX
+	MOVQ ldc+56(FP), R10
+	SHLQ $2, R10
+	LEAQ (R10)(R10*2), R12
+	LEAQ (DX)(R10*4), BX
+	VFMADD213PS (DX), Y15, Y0
+	VMOVUPS Y0, (DX)
+	VFMADD213PS (DX)(R10*1), Y15, Y1
+	VMOVUPS Y1, (DX)(R10*1)
+	VFMADD213PS (DX)(R10*2), Y15, Y2
+	VMOVUPS Y2, (DX)(R10*2)
+	VFMADD213PS (DX)(R12*1), Y15, Y3
+	VMOVUPS Y3, (DX)(R12*1)
+	VFMADD213PS (BX), Y15, Y4
+	VMOVUPS Y4, (BX)
+	VFMADD213PS (BX)(R10*1), Y15, Y5
+	VMOVUPS Y5, (BX)(R10*1)
+	VFMADD213PS (BX)(R10*2), Y15, Y6
+	VMOVUPS Y6, (BX)(R10*2)
+	VFMADD213PS (BX)(R12*1), Y15, Y7
+	VMOVUPS Y7, (BX)(R12*1)
+	VZEROUPPER
+	RET
+
 // func rowStrip8AVX(k int, alpha float32, a, b *float32, ldb int, c *float32)
 // c[0:8] += alpha·Σ_{p<k} a[p]·b[p·ldb : p·ldb+8]: rowStrip64AVX for the
 // columns after the last 64 (attention's p·v at head dims 8 to 56). Even and

@@ -23,3 +23,8 @@ func dots4x2(x0, x1, w []float32, ldw, quads int, alpha float32, c0, c1 []float3
 
 // rowStrips has no portable fast form: rowAxpyGemm's axpy loop does it all.
 func rowStrips(alpha float32, a, b []float32, ldb, n int, c []float32) int { return 0 }
+
+// rows8x8 has no portable fast form: rowAxpyGemm's rows do it.
+func rows8x8(k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
+	return false
+}

@@ -34,10 +34,11 @@ const smallK = 64
 const dotN = 8
 
 // thinK is the depth up to which a few-row product against a row-major
-// [n, k] op(B) wider than narrowN transposes B (k·n floats, in cache) and
-// has each output row gather its k rows: LoRA's u·Bᵀ (k = r) took the
-// packed path's full overhead for a few thousand multiply-adds (16×96×4:
-// 2.3 µs against 1.5).
+// [n, k] op(B) at least 8 wide transposes B (k·n floats, in cache) and has
+// each output row gather its k rows: LoRA's u·Bᵀ (k = r) took the packed
+// path's full overhead for a few thousand multiply-adds (16×96×4: 2.3 µs
+// against 1.5), and below 64 columns, where eight rows at a time go
+// through rows8x8, narrowGemm's (16×32×4: 700–880 ns against 416–430).
 const thinK = 8
 
 // transpose writes the [n, k] matrix b (row stride ldb) into dst as [k, n].
@@ -84,7 +85,7 @@ func sgemm(loop loopFunc, ta, tb bool, m, n, k int, alpha float32, a []float32, 
 		smallGemm(loop, ta, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
-	if m < smallM && !ta && tb && k <= thinK && n > narrowN {
+	if m < smallM && !ta && tb && k <= thinK && n >= 8 {
 		scaleC(m, n, beta, c, ldc)
 		bt := getBuf(k * n)
 		transpose(b, ldb, n, k, *bt)
@@ -461,7 +462,20 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 // rows of B, which stay in cache, with no packing; 64-column strips keep
 // their sums in registers, 8-column strips the rest of a multiple of 8.
 func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	for i := 0; i < m; i++ {
+	i := 0
+	if n < 64 { // narrower than one 64-column strip: blocks of eight rows and columns
+		for full := n &^ 7; i+8 <= m && full > 0; i += 8 {
+			j := 0
+			for ; j < full && rows8x8(k, alpha, a[i*lda:], lda, b[j:], ldb, c[i*ldc+j:], ldc); j += 8 {
+			}
+			for r := i; r < i+8 && j < n; r++ { // the columns after the last eight
+				for p, av := range a[r*lda : r*lda+k] {
+					Axpy(alpha*av, b[p*ldb+j:p*ldb+n], c[r*ldc+j:r*ldc+n])
+				}
+			}
+		}
+	}
+	for ; i < m; i++ {
 		crow, arow := c[i*ldc:i*ldc+n], a[i*lda:i*lda+k]
 		j := rowStrips(alpha, arow, b, ldb, n, crow)
 		if j == n {
