@@ -579,6 +579,16 @@ strip64:
 	VZEROUPPER
 	RET
 
+// One row of rows8x8AVX's k step: acc += a[row]·Y8 (a row of B).
+#define ROW88(arow, t, acc) \
+	VBROADCASTSS arow, t \
+	VFMADD231PS Y8, t, acc
+
+// One row of C in rows8x8AVX: c = alpha (Y15)·acc + c.
+#define ADDC88(crow, acc) \
+	VFMADD213PS crow, Y15, acc \
+	VMOVUPS acc, crow
+
 // func rows8x8AVX(k int, alpha float32, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
 // For the eight rows i: c[i·ldc : i·ldc+8] += alpha·Σ_{p<k} a[i·lda+p]·
 // b[p·ldb : p·ldb+8], k ≥ 1. A block of few-row products whose B is under
@@ -598,22 +608,14 @@ TEXT ·rows8x8AVX(SB), NOSPLIT, $0-64
 
 r88loop:
 	VMOVUPS (DI), Y8
-	VBROADCASTSS (SI), Y9
-	VFMADD231PS Y8, Y9, Y0
-	VBROADCASTSS (SI)(R11*1), Y10
-	VFMADD231PS Y8, Y10, Y1
-	VBROADCASTSS (SI)(R11*2), Y11
-	VFMADD231PS Y8, Y11, Y2
-	VBROADCASTSS (SI)(R12*1), Y12
-	VFMADD231PS Y8, Y12, Y3
-	VBROADCASTSS (BX), Y9
-	VFMADD231PS Y8, Y9, Y4
-	VBROADCASTSS (BX)(R11*1), Y10
-	VFMADD231PS Y8, Y10, Y5
-	VBROADCASTSS (BX)(R11*2), Y11
-	VFMADD231PS Y8, Y11, Y6
-	VBROADCASTSS (BX)(R12*1), Y12
-	VFMADD231PS Y8, Y12, Y7
+	ROW88((SI), Y9, Y0)
+	ROW88((SI)(R11*1), Y10, Y1)
+	ROW88((SI)(R11*2), Y11, Y2)
+	ROW88((SI)(R12*1), Y12, Y3)
+	ROW88((BX), Y9, Y4)
+	ROW88((BX)(R11*1), Y10, Y5)
+	ROW88((BX)(R11*2), Y11, Y6)
+	ROW88((BX)(R12*1), Y12, Y7)
 	ADDQ $4, SI
 	ADDQ $4, BX
 	ADDQ R8, DI
@@ -626,22 +628,14 @@ r88loop:
 	SHLQ $2, R10
 	LEAQ (R10)(R10*2), R12
 	LEAQ (DX)(R10*4), BX
-	VFMADD213PS (DX), Y15, Y0
-	VMOVUPS Y0, (DX)
-	VFMADD213PS (DX)(R10*1), Y15, Y1
-	VMOVUPS Y1, (DX)(R10*1)
-	VFMADD213PS (DX)(R10*2), Y15, Y2
-	VMOVUPS Y2, (DX)(R10*2)
-	VFMADD213PS (DX)(R12*1), Y15, Y3
-	VMOVUPS Y3, (DX)(R12*1)
-	VFMADD213PS (BX), Y15, Y4
-	VMOVUPS Y4, (BX)
-	VFMADD213PS (BX)(R10*1), Y15, Y5
-	VMOVUPS Y5, (BX)(R10*1)
-	VFMADD213PS (BX)(R10*2), Y15, Y6
-	VMOVUPS Y6, (BX)(R10*2)
-	VFMADD213PS (BX)(R12*1), Y15, Y7
-	VMOVUPS Y7, (BX)(R12*1)
+	ADDC88((DX), Y0)
+	ADDC88((DX)(R10*1), Y1)
+	ADDC88((DX)(R10*2), Y2)
+	ADDC88((DX)(R12*1), Y3)
+	ADDC88((BX), Y4)
+	ADDC88((BX)(R10*1), Y5)
+	ADDC88((BX)(R10*2), Y6)
+	ADDC88((BX)(R12*1), Y7)
 	VZEROUPPER
 	RET
 
