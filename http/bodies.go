@@ -213,8 +213,8 @@ func (b *opBody) decodePlain(body []byte) bool {
 		if *v != nil || !ok {
 			return false
 		}
-		str := string(x)
-		*v = &str
+		val := string(x)
+		*v = &val
 		return true
 	}
 	ok := s.Object(func(key []byte) bool {

@@ -460,13 +460,15 @@ func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
 // rowAxpyGemm serves few rows times a narrow row-major op(B) (decode
 // attention's probabilities times values): each output row gathers k scaled
 // rows of B, which stay in cache, with no packing; 64-column strips keep
-// their sums in registers, 8-column strips the rest of a multiple of 8.
+// their sums in registers, 8-column strips the rest of a multiple of 8,
+// and a B narrower than 64 columns goes eight rows and columns at a time.
 func rowAxpyGemm(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	i := 0
 	if n < 64 { // narrower than one 64-column strip: blocks of eight rows and columns
 		for full := n &^ 7; i+8 <= m && full > 0; i += 8 {
 			j := 0
-			for ; j < full && rows8x8(k, alpha, a[i*lda:], lda, b[j:], ldb, c[i*ldc+j:], ldc); j += 8 {
+			for j < full && rows8x8(k, alpha, a[i*lda:], lda, b[j:], ldb, c[i*ldc+j:], ldc) {
+				j += 8
 			}
 			for r := i; r < i+8 && j < n; r++ { // the columns after the last eight
 				for p, av := range a[r*lda : r*lda+k] {
