@@ -24,31 +24,39 @@ type KVLayout struct{ Row, Head int }
 // rebuild the probabilities instead of storing T×S of them per head; a pass
 // no backward follows gives nil.
 func Attention[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayout) {
+	chunk := par.MinChunk(2*T*S*hd, 1) // q·kᵀ and p·v per head
+	if !par.Splits(Hq, chunk) {
+		attendHeads(out, lse, q, k, v, T, S, Hq, Hkv, hd, kv, 0, Hq)
+		return
+	}
+	par.For(Hq, chunk, func(lo, hi int) { attendHeads(out, lse, q, k, v, T, S, Hq, Hkv, hd, kv, lo, hi) })
+}
+
+// attendHeads is Attention for query heads [lo, hi).
+func attendHeads[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLayout, lo, hi int) {
 	Q, group := Hq*hd, Hq/Hkv
 	scale := F(1 / math.Sqrt(float64(hd)))
-	par.For(Hq, par.MinChunk(2*T*S*hd, 1), func(lo, hi int) { // q·kᵀ and p·v per head
-		buf := lend[F](min(T, causalBlock) * S)
-		defer giveBack(buf)
-		p := *buf // [rows, cols] of a block
-		for h := lo; h < hi; h++ {
-			g := h / group
-			for r0 := 0; r0 < T; r0 += causalBlock {
-				r1 := min(r0+causalBlock, T)
-				rows, cols := r1-r0, S-T+r1
-				pb := p[:rows*cols]
-				gemm.Serial(false, true, rows, cols, hd, scale, q[r0*Q+h*hd:], Q, k[g*kv.Head:], kv.Row, 0, pb, cols)
-				for t := r0; t < r1; t++ {
-					row, valid := pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1
-					mx, sum := normalize(row[:valid])
-					clear(row[valid:])
-					if lse != nil {
-						lse[h*T+t] = F(float64(mx) + math.Log(sum))
-					}
+	buf := lend[F](min(T, causalBlock) * S)
+	defer giveBack(buf)
+	p := *buf // [rows, cols] of a block
+	for h := lo; h < hi; h++ {
+		g := h / group
+		for r0 := 0; r0 < T; r0 += causalBlock {
+			r1 := min(r0+causalBlock, T)
+			rows, cols := r1-r0, S-T+r1
+			pb := p[:rows*cols]
+			gemm.Serial(false, true, rows, cols, hd, scale, q[r0*Q+h*hd:], Q, k[g*kv.Head:], kv.Row, 0, pb, cols)
+			for t := r0; t < r1; t++ {
+				row, valid := pb[(t-r0)*cols:(t-r0+1)*cols], S-T+t+1
+				mx, sum := normalize(row[:valid])
+				clear(row[valid:])
+				if lse != nil {
+					lse[h*T+t] = F(float64(mx) + math.Log(sum))
 				}
-				gemm.Serial(false, false, rows, hd, cols, 1, pb, cols, v[g*kv.Head:], kv.Row, 0, out[r0*Q+h*hd:], Q)
 			}
+			gemm.Serial(false, false, rows, hd, cols, 1, pb, cols, v[g*kv.Head:], kv.Row, 0, out[r0*Q+h*hd:], Q)
 		}
-	})
+	}
 }
 
 // blocks lends attention's workers their score blocks, by element type:

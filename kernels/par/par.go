@@ -37,6 +37,18 @@ func MinChunk(work, floor int) int {
 	return max(floor, Grain/max(work, 1))
 }
 
+// share is how many workers For(n, minChunk, ·) uses.
+func share(n, minChunk int) int {
+	return min(Workers(), n/max(minChunk, 1))
+}
+
+// Splits reports whether For(n, minChunk, ·) would hand part of the loop to
+// a helper. A loop that mostly runs inline (a tiny model's norms,
+// activations and attention heads) calls its body directly when not: a
+// closure For may pass to another goroutine is built on the heap, ten of
+// them in each of the service's tiny forwards.
+func Splits(n, minChunk int) bool { return share(n, minChunk) > 1 }
+
 // Workers is how many goroutines a parallel loop may use: the cores given
 // to Configure, or GOMAXPROCS, read on every call (under the scheduler's
 // lock: a service configures its cores once instead).
@@ -166,13 +178,7 @@ func For(n, minChunk int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	w := Workers()
-	if minChunk < 1 {
-		minChunk = 1
-	}
-	if c := n / minChunk; c < w {
-		w = c
-	}
+	w := share(n, minChunk)
 	if w <= 1 {
 		fn(0, n)
 		return

@@ -78,15 +78,12 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 		n := min(chunk, T-t0)
 		h := hidden[t0*D : (t0+n)*D]
 		fwd(logits[:n*V], h, t0, n, u[:n*max(r, 1)])
-		par.For(n, par.MinChunk(4*V, 1), func(lo, hi int) { // a few passes over each row
-			for i := lo; i < hi; i++ {
-				row := logits[i*V : (i+1)*V]
-				want[i] = fn(t0+i, row)
-				if !want[i] && dHidden != nil { // no gradient: zero in the backward product
-					clear(row)
-				}
-			}
-		})
+		grad := dHidden != nil
+		if chunk := par.MinChunk(4*V, 1); par.Splits(n, chunk) { // a few passes over each row
+			par.For(n, chunk, func(lo, hi int) { headRows(fn, logits, want, t0, V, grad, lo, hi) })
+		} else {
+			headRows(fn, logits, want, t0, V, grad, 0, n)
+		}
 		if dHidden == nil {
 			continue
 		}
@@ -96,6 +93,19 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 		}
 		if any {
 			linearBackward(dHidden[t0*D:(t0+n)*D], 1, logits[:n*V], h, n, D, V, m.head, lt, gp, u[:n*max(r, 1)], ar)
+		}
+	}
+}
+
+// headRows hands rows [lo, hi) of a chunk of logits (its first token t0)
+// to fn, noting in want which gave a gradient and, when the pass has a
+// backward (grad), zeroing the others.
+func headRows[F gemm.Float](fn RowFunc[F], logits []F, want []bool, t0, V int, grad bool, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		row := logits[i*V : (i+1)*V]
+		want[i] = fn(t0+i, row)
+		if !want[i] && grad { // no gradient: zero in the backward product
+			clear(row)
 		}
 	}
 }
