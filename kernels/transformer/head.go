@@ -79,8 +79,8 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 		h := hidden[t0*D : (t0+n)*D]
 		fwd(logits[:n*V], h, t0, n, u[:n*max(r, 1)])
 		grad := dHidden != nil
-		if chunk := par.MinChunk(4*V, 1); par.Splits(n, chunk) { // a few passes over each row
-			par.For(n, chunk, func(lo, hi int) { headRows(fn, logits, want, t0, V, grad, lo, hi) })
+		if per := par.MinChunk(4*V, 1); par.Splits(n, per) { // a few passes over each row
+			par.For(n, per, func(lo, hi int) { headRows(fn, logits, want, t0, V, grad, lo, hi) })
 		} else {
 			headRows(fn, logits, want, t0, V, grad, 0, n)
 		}
