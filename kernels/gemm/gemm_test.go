@@ -415,6 +415,55 @@ func TestMulAllMatchesRef(t *testing.T) {
 	}
 }
 
+// A region's cuts give every panel of every plan to exactly one slot, split
+// each plan wide enough for it across all slots, and even the slots' work
+// out to within one panel of the largest plan, however the narrow plans
+// (LoRA's x·Aᵀ, one panel) fall.
+func TestFewJobCut(t *testing.T) {
+	plan := func(m, n, k int) rowsPlan {
+		return rowsPlan{p: &Packed{N: n, K: k}, m: m, panels: (n + nr - 1) / nr}
+	}
+	cases := []struct {
+		group int
+		plans []rowsPlan
+	}{
+		{4, []rowsPlan{plan(1, 512, 512), plan(1, 16, 512), plan(1, 256, 512), plan(1, 16, 512), plan(1, 256, 512), plan(1, 16, 512)}},
+		{4, []rowsPlan{plan(1, 1280, 512), plan(1, 16, 512), plan(1, 1280, 512), plan(1, 16, 512)}},
+		{4, []rowsPlan{plan(1, 16, 1280), plan(1, 512, 1280)}},
+		{1, []rowsPlan{plan(16, 512, 512), plan(16, 16, 512), plan(16, 256, 512), plan(16, 16, 512), plan(16, 256, 512), plan(16, 16, 512)}},
+		{1, []rowsPlan{plan(16, 16, 512), plan(16, 32, 512)}},
+	}
+	for ci, c := range cases {
+		for _, slots := range []int{1, 2, 3} {
+			j := &fewJob{plans: c.plans, slots: slots}
+			j.cut(c.group)
+			load := make([]int, slots)
+			big := 0
+			for i := range j.plans {
+				pl, cuts := &j.plans[i], j.cuts[i*(slots+1):(i+1)*(slots+1)]
+				if cuts[0] != 0 || cuts[slots] != pl.panels {
+					t.Fatalf("case %d, %d slots, plan %d: cuts %v of %d panels", ci, slots, i, cuts, pl.panels)
+				}
+				for s := range slots {
+					if cuts[s+1] < cuts[s] {
+						t.Fatalf("case %d, %d slots, plan %d: cuts %v", ci, slots, i, cuts)
+					}
+					if pl.panels >= slots*c.group && cuts[s+1] == cuts[s] {
+						t.Fatalf("case %d, %d slots, plan %d: slot %d idle in %v", ci, slots, i, s, cuts)
+					}
+					load[s] += (cuts[s+1] - cuts[s]) * pl.cost()
+				}
+				if pl.work() > j.plans[big].work() {
+					big = i
+				}
+			}
+			if spread := slices.Max(load) - slices.Min(load); spread > j.plans[big].cost() {
+				t.Fatalf("case %d, %d slots: loads %v, a panel of the largest plan %d", ci, slots, load, j.plans[big].cost())
+			}
+		}
+	}
+}
+
 // BenchmarkPackedCold is a decode step's products: m rows (one per sequence)
 // against a model-sized set of packed [n,k] weights, far larger than the
 // caches, so each weight streams from memory once per pass.

@@ -135,21 +135,18 @@ func mulFew(ps []Product) {
 		}
 		plans = append(plans, pl)
 		units += pl.panels
-		work += pl.panels * nr * max(pr.M, streamRows) * k
+		work += pl.work()
 	}
 	if units == 0 {
 		return
 	}
-	j.plans, j.group = plans, 1 // the tile kernels take a panel's k blocks at once
-	floor := 2
+	j.plans = plans
+	group, floor := 1, 2 // the tile kernels take a panel's k blocks at once
 	if plans[0].gemv {
-		j.group, floor = 4, 4 // gemv walks four panels at a time
+		group, floor = 4, 4 // gemv walks four panels at a time
 	}
-	// Every worker takes its share of every product, so the workers stream
-	// each matrix side by side, as when the products ran one by one: handing
-	// whole products to different workers made single-stream decode ~5%
-	// slower.
 	j.slots = max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
+	j.cut(group)
 	par.For(j.slots, 1, j.body)
 	for i := range plans {
 		plans[i].release()
@@ -163,9 +160,11 @@ func mulFew(ps []Product) {
 // forward ~100, and allocating their plans (which hold pointers, so the
 // collector scans them) and their closures was a few percent of either.
 type fewJob struct {
-	plans        []rowsPlan
-	slots, group int
-	body         func(lo, hi int) // runs slots [lo, hi)
+	plans []rowsPlan
+	slots int
+	cuts  []int            // plan i's slot s takes panels [cuts[i·(slots+1)+s], cuts[i·(slots+1)+s+1])
+	load  []int            // per slot, while cut shares the plans out
+	body  func(lo, hi int) // runs slots [lo, hi)
 }
 
 var fewPool = sync.Pool{New: func() any {
@@ -173,7 +172,8 @@ var fewPool = sync.Pool{New: func() any {
 	j.body = func(lo, hi int) {
 		for sl := lo; sl < hi; sl++ {
 			for i := range j.plans {
-				if a, b := j.plans[i].share(sl, j.slots, j.group); a < b {
+				at := i*(j.slots+1) + sl
+				if a, b := j.cuts[at], j.cuts[at+1]; a < b {
 					j.plans[i].run(a, b)
 				}
 			}
@@ -181,6 +181,81 @@ var fewPool = sync.Pool{New: func() any {
 	}
 	return j
 }}
+
+// cut shares the plans' panels out to the slots. Every worker takes its
+// share of every product that splits into whole groups, so the workers
+// stream each matrix side by side, as when the products ran one by one
+// (handing whole products to different workers made single-stream decode
+// ~5% slower). A product too narrow for that (LoRA's x·Aᵀ, one panel of
+// rank columns) goes whole to the slot with the least work so far, and
+// the largest product's cuts are then set, panel by panel, to even the
+// slots' work out: split evenly, the one-panel products all fell to one
+// slot, and at each region's end the other core waited for them (a
+// single-stream decode step spent ~0.4 ms more on a rank-16 adapter's
+// x·Aᵀ than its bytes take).
+func (j *fewJob) cut(group int) {
+	slots, stride := j.slots, j.slots+1
+	j.cuts = growInts(j.cuts, len(j.plans)*stride)
+	j.load = growInts(j.load, slots)
+	clear(j.load)
+	big := 0
+	for i := range j.plans {
+		if j.plans[i].work() > j.plans[big].work() {
+			big = i
+		}
+	}
+	for i := range j.plans {
+		pl, cuts := &j.plans[i], j.cuts[i*stride:(i+1)*stride]
+		if i == big {
+			continue
+		}
+		if pl.panels >= slots*group {
+			for s := range slots {
+				cuts[s], cuts[s+1] = pl.share(s, slots, group)
+				j.load[s] += (cuts[s+1] - cuts[s]) * pl.cost()
+			}
+			continue
+		}
+		least := 0
+		for s := range slots {
+			if j.load[s] < j.load[least] {
+				least = s
+			}
+		}
+		for s := range stride {
+			cuts[s] = 0
+			if s > least {
+				cuts[s] = pl.panels
+			}
+		}
+		j.load[least] += pl.work()
+	}
+	pl, cuts := &j.plans[big], j.cuts[big*stride:(big+1)*stride]
+	total := pl.work()
+	for _, l := range j.load {
+		total += l
+	}
+	cuts[0] = 0
+	for s := range slots {
+		want := max(0, (total/slots-j.load[s]+pl.cost()/2)/pl.cost())
+		cuts[s+1] = min(pl.panels, cuts[s]+want)
+	}
+	cuts[slots] = pl.panels
+}
+
+// cost is the work of one of the plan's panels, in multiply-adds of cached
+// data (a streaming weight's element counts as streamRows rows); work is
+// the whole plan's.
+func (pl *rowsPlan) cost() int { return nr * max(pl.m, streamRows) * pl.p.K }
+func (pl *rowsPlan) work() int { return pl.panels * pl.cost() }
+
+// growInts is s resized to n, reallocated only when it lacks the capacity.
+func growInts(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}
 
 // rowsPlan is one few-rows product made ready to run panel by panel: alpha
 // folded into a copy of A when it is not 1, and for the tile kernels the
