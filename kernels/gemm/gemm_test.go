@@ -20,9 +20,10 @@ func randSlice(r *rng.Source, n int) []float32 {
 
 // checkAgainstRef runs Sgemm and Ref on the same random operands and compares
 // with a tolerance scaled by k (float32 accumulation error grows with depth).
-func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alpha, beta float32) {
+// C's rows are padC floats wider than n (0: C is one block).
+func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alpha, beta float32, padC int) {
 	t.Helper()
-	lda, ldb, ldc := k+3, n+1, n+5
+	lda, ldb, ldc := k+3, n+1, n+padC
 	if ta {
 		lda = m + 2
 	}
@@ -75,9 +76,10 @@ func TestSgemmMatchesRef(t *testing.T) {
 	for _, s := range shapes {
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
-				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 1, 0)
-				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 0.5, 1)
-				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], -2, 0.25)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 1, 0, 5)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 1, 0, 0)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], 0.5, 1, 5)
+				checkAgainstRef(t, r, ta, tb, s[0], s[1], s[2], -2, 0.25, 0)
 			}
 		}
 	}
@@ -167,7 +169,7 @@ func TestKernelsMatchPortable(t *testing.T) {
 func FuzzSgemm(f *testing.F) {
 	f.Add(uint8(5), uint8(9), uint8(7), false, true, uint64(1))
 	f.Fuzz(func(t *testing.T, m, n, k uint8, ta, tb bool, seed uint64) {
-		checkAgainstRef(t, rng.New(seed), ta, tb, int(m%70), int(n%70), int(k)+int(m%3)*100, 1, 0.5)
+		checkAgainstRef(t, rng.New(seed), ta, tb, int(m%70), int(n%70), int(k)+int(m%3)*100, 1, 0.5, int(n%2)*5)
 	})
 }
 

@@ -146,8 +146,14 @@ func mulFew(ps []Product) {
 		group, floor = 4, 4 // gemv walks four panels at a time
 	}
 	j.slots = max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
-	j.cut(group)
-	par.For(j.slots, 1, j.body)
+	if j.slots == 1 { // too little to share (a tiny model's products): no region
+		for i := range plans {
+			plans[i].run(0, plans[i].panels)
+		}
+	} else {
+		j.cut(group)
+		par.For(j.slots, 1, j.body)
+	}
 	for i := range plans {
 		plans[i].release()
 	}

@@ -356,6 +356,10 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 	if beta == 1 {
 		return
 	}
+	if beta == 0 && ldc == n { // one clear: a tiny model's products clear C a few dozen floats a row
+		clear(c[:m*n]) // also clears NaN, as BLAS does for beta 0
+		return
+	}
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]
 		if beta == 0 {
