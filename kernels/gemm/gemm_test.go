@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -417,51 +419,67 @@ func TestMulAllMatchesRef(t *testing.T) {
 	}
 }
 
-// A region's cuts give every panel of every plan to exactly one slot, split
-// each plan wide enough for it across all slots, and even the slots' work
-// out to within one panel of the largest plan, however the narrow plans
-// (LoRA's x·Aᵀ, one panel) fall.
-func TestFewJobCut(t *testing.T) {
+// Workers claiming a region's panels at once take every panel exactly once,
+// in order, in claims of at least the grain (the last may be short) that
+// shrink as the region runs out; and the panel a claim prefetches after it
+// is the first of the plan it falls in.
+func TestFewJobClaims(t *testing.T) {
 	plan := func(m, n, k int) rowsPlan {
-		return rowsPlan{p: &Packed{N: n, K: k}, m: m, panels: (n + nr - 1) / nr}
+		p := PackT(make([]float32, n*k), n, k, k)
+		return rowsPlan{p: p, m: m, panels: (n + nr - 1) / nr}
 	}
-	cases := []struct {
-		group int
-		plans []rowsPlan
+	for _, c := range []struct {
+		grain, slots int
+		plans        []rowsPlan
 	}{
-		{4, []rowsPlan{plan(1, 512, 512), plan(1, 16, 512), plan(1, 256, 512), plan(1, 16, 512), plan(1, 256, 512), plan(1, 16, 512)}},
-		{4, []rowsPlan{plan(1, 1280, 512), plan(1, 16, 512), plan(1, 1280, 512), plan(1, 16, 512)}},
-		{4, []rowsPlan{plan(1, 16, 1280), plan(1, 512, 1280)}},
-		{1, []rowsPlan{plan(16, 512, 512), plan(16, 16, 512), plan(16, 256, 512), plan(16, 16, 512), plan(16, 256, 512), plan(16, 16, 512)}},
-		{1, []rowsPlan{plan(16, 16, 512), plan(16, 32, 512)}},
-	}
-	for ci, c := range cases {
-		for _, slots := range []int{1, 2, 3} {
-			j := &fewJob{plans: c.plans, slots: slots}
-			j.cut(c.group)
-			load := make([]int, slots)
-			big := 0
-			for i := range j.plans {
-				pl, cuts := &j.plans[i], j.cuts[i*(slots+1):(i+1)*(slots+1)]
-				if cuts[0] != 0 || cuts[slots] != pl.panels {
-					t.Fatalf("case %d, %d slots, plan %d: cuts %v of %d panels", ci, slots, i, cuts, pl.panels)
-				}
-				for s := range slots {
-					if cuts[s+1] < cuts[s] {
-						t.Fatalf("case %d, %d slots, plan %d: cuts %v", ci, slots, i, cuts)
-					}
-					if pl.panels >= slots*c.group && cuts[s+1] == cuts[s] {
-						t.Fatalf("case %d, %d slots, plan %d: slot %d idle in %v", ci, slots, i, s, cuts)
-					}
-					load[s] += (cuts[s+1] - cuts[s]) * pl.cost()
-				}
-				if pl.work() > j.plans[big].work() {
-					big = i
-				}
+		{4, 2, []rowsPlan{plan(1, 512, 512), plan(1, 16, 512), plan(1, 256, 512), plan(1, 16, 512), plan(1, 250, 300)}},
+		{1, 2, []rowsPlan{plan(16, 8192, 512)}},
+		{1, 3, []rowsPlan{plan(16, 16, 512), plan(16, 32, 1280), plan(16, 1280, 16)}},
+	} {
+		j := &fewJob{plans: c.plans, slots: c.slots, grain: c.grain, first: []int{0}}
+		for i := range c.plans {
+			j.first = append(j.first, j.first[i]+c.plans[i].panels)
+		}
+		total := j.first[len(c.plans)]
+		for q := 0; q < total; q++ {
+			i := sort.SearchInts(j.first, q+1) - 1
+			p := c.plans[i].p
+			if want := &p.data[(q-j.first[i])*nr*min(kc, p.K)]; j.panelData(q) != want {
+				t.Fatalf("panel %d: data not that of plan %d's panel %d", q, i, q-j.first[i])
 			}
-			if spread := slices.Max(load) - slices.Min(load); spread > j.plans[big].cost() {
-				t.Fatalf("case %d, %d slots: loads %v, a panel of the largest plan %d", ci, slots, load, j.plans[big].cost())
+		}
+		if j.panelData(total) != nil {
+			t.Fatal("a panel past the last")
+		}
+		claims := make([][][2]int, 4)
+		var wg sync.WaitGroup
+		for w := range claims {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for lo, hi := j.claim(); lo < hi; lo, hi = j.claim() {
+					claims[w] = append(claims[w], [2]int{lo, hi})
+				}
+			}()
+		}
+		wg.Wait()
+		var all [][2]int
+		for _, cs := range claims {
+			all = append(all, cs...)
+		}
+		slices.SortFunc(all, func(a, b [2]int) int { return a[0] - b[0] })
+		at := 0
+		for i, r := range all {
+			if r[0] != at || r[1] <= r[0] || (r[1]-r[0] < c.grain && r[1] != total) {
+				t.Fatalf("claim %d of %v: %v after panel %d", i, all, r, at)
 			}
+			if i > 0 && r[1]-r[0] > all[i-1][1]-all[i-1][0] {
+				t.Fatalf("claims grew: %v then %v", all[i-1], r)
+			}
+			at = r[1]
+		}
+		if at != total {
+			t.Fatalf("claims end at %d of %d", at, total)
 		}
 	}
 }

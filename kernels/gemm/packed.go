@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/wts-project/wts/kernels/par"
 )
@@ -113,8 +114,8 @@ func MulAll(ps []Product) {
 	mulFew(ps)
 }
 
-// mulFew runs products of at most mc rows each in one parallel region,
-// each worker taking a share of every product's column panels.
+// mulFew runs products of at most mc rows each in one parallel region, the
+// workers claiming the products' column panels as they go (see work).
 func mulFew(ps []Product) {
 	j := fewPool.Get().(*fewJob)
 	defer fewPool.Put(j)
@@ -141,17 +142,22 @@ func mulFew(ps []Product) {
 		return
 	}
 	j.plans = plans
-	group, floor := 1, 2 // the tile kernels take a panel's k blocks at once
+	floor := 2
+	j.grain = 1 // the tile kernels take a panel's k blocks at once
 	if plans[0].gemv {
-		group, floor = 4, 4 // gemv walks four panels at a time
+		j.grain, floor = 4, 4 // gemv walks four panels at a time
 	}
 	j.slots = max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
 	if j.slots == 1 { // too little to share (a tiny model's products): no region
 		for i := range plans {
-			plans[i].run(0, plans[i].panels)
+			plans[i].run(0, plans[i].panels, nil)
 		}
 	} else {
-		j.cut(group)
+		j.first = append(j.first[:0], 0)
+		for i := range plans {
+			j.first = append(j.first, j.first[i]+plans[i].panels)
+		}
+		j.next.Store(0)
 		par.For(j.slots, 1, j.body)
 	}
 	for i := range plans {
@@ -168,85 +174,78 @@ func mulFew(ps []Product) {
 type fewJob struct {
 	plans []rowsPlan
 	slots int
-	cuts  []int            // plan i's slot s takes panels [cuts[i·(slots+1)+s], cuts[i·(slots+1)+s+1])
-	load  []int            // per slot, while cut shares the plans out
-	body  func(lo, hi int) // runs slots [lo, hi)
+	grain int          // panels a claim takes at least
+	first []int        // plan i holds the region's panels [first[i], first[i+1])
+	next  atomic.Int64 // the first of the region's panels nobody has claimed
+	body  func(lo, hi int)
 }
 
 var fewPool = sync.Pool{New: func() any {
 	j := new(fewJob)
-	j.body = func(lo, hi int) {
-		for sl := lo; sl < hi; sl++ {
-			for i := range j.plans {
-				at := i*(j.slots+1) + sl
-				if a, b := j.cuts[at], j.cuts[at+1]; a < b {
-					j.plans[i].run(a, b)
-				}
-			}
-		}
-	}
+	j.body = func(int, int) { j.work() }
 	return j
 }}
 
-// cut shares the plans' panels out to the slots. Every worker takes its
-// share of every product that splits into whole groups, so the workers
-// stream each matrix side by side, as when the products ran one by one
-// (handing whole products to different workers made single-stream decode
-// ~5% slower). A product too narrow for that (LoRA's x·Aᵀ, one panel of
-// rank columns) goes whole to the slot with the least work so far, and
-// the largest product's cuts are then set, panel by panel, to even the
-// slots' work out: split evenly, the one-panel products all fell to one
-// slot, and at each region's end the other core waited for them (a
-// single-stream decode step spent ~0.4 ms more on a rank-16 adapter's
-// x·Aᵀ than its bytes take).
-func (j *fewJob) cut(group int) {
-	slots, stride := j.slots, j.slots+1
-	j.cuts = growInts(j.cuts, len(j.plans)*stride)
-	j.load = growInts(j.load, slots)
-	clear(j.load)
-	big := 0
-	for i := range j.plans {
-		if j.plans[i].work() > j.plans[big].work() {
-			big = i
+// work claims the region's panels and runs them until none are left. The
+// workers claim from one counter instead of taking fixed shares: split
+// evenly, the shares still ended apart (the helper starts later and
+// streams a little slower), and a 16-stream decode step of the small model
+// spent ~1 ms of its ~10 waiting at its regions' ends. A worker claims its
+// next panels before running these, so that the last of them can prefetch
+// the first of the next.
+func (j *fewJob) work() {
+	lo, hi := j.claim()
+	for lo < hi {
+		nlo, nhi := j.claim()
+		j.runPanels(lo, hi, j.panelData(nlo))
+		lo, hi = nlo, nhi
+	}
+}
+
+// claim takes the next panels [lo, hi) of the region, in order, so that the
+// workers stream each matrix side by side: a share of what is left that
+// shrinks as it runs out, so that the workers seldom meet at the counter
+// early and end close together.
+func (j *fewJob) claim() (lo, hi int) {
+	total := j.first[len(j.plans)]
+	for {
+		cur := int(j.next.Load())
+		if cur >= total {
+			return total, total
+		}
+		n := max(j.grain, (total-cur)/(4*j.slots)/j.grain*j.grain)
+		if j.next.CompareAndSwap(int64(cur), int64(cur+n)) {
+			return cur, min(cur+n, total)
 		}
 	}
+}
+
+// runPanels runs the region's panels [lo, hi), which may span plans; after
+// is the data of the panel to prefetch once they are done (nil: none).
+func (j *fewJob) runPanels(lo, hi int, after *float32) {
 	for i := range j.plans {
-		pl, cuts := &j.plans[i], j.cuts[i*stride:(i+1)*stride]
-		if i == big {
+		a, b := max(lo, j.first[i]), min(hi, j.first[i+1])
+		if a >= b {
 			continue
 		}
-		if pl.panels >= slots*group {
-			for s := range slots {
-				cuts[s], cuts[s+1] = pl.share(s, slots, group)
-				j.load[s] += (cuts[s+1] - cuts[s]) * pl.cost()
-			}
-			continue
+		next := after
+		if b < hi {
+			next = j.panelData(b)
 		}
-		least := 0
-		for s := range slots {
-			if j.load[s] < j.load[least] {
-				least = s
-			}
+		j.plans[i].run(a-j.first[i], b-j.first[i], next)
+	}
+}
+
+// panelData is the first float of the region's panel q as the tile
+// kernels read it (its first k block), nil past the last.
+func (j *fewJob) panelData(q int) *float32 {
+	for i := range j.plans {
+		if q < j.first[i+1] {
+			p := j.plans[i].p
+			return &p.data[p.blocks[0]+(q-j.first[i])*nr*min(kc, p.K)]
 		}
-		for s := range stride {
-			cuts[s] = 0
-			if s > least {
-				cuts[s] = pl.panels
-			}
-		}
-		j.load[least] += pl.work()
 	}
-	pl, cuts := &j.plans[big], j.cuts[big*stride:(big+1)*stride]
-	total := pl.work()
-	for _, l := range j.load {
-		total += l
-	}
-	cuts[0] = 0
-	for s := range slots {
-		want := max(0, (total/slots-j.load[s]+pl.cost()/2)/pl.cost())
-		cuts[s+1] = min(pl.panels, cuts[s]+want)
-	}
-	cuts[slots] = pl.panels
+	return nil
 }
 
 // cost is the work of one of the plan's panels, in multiply-adds of cached
@@ -254,14 +253,6 @@ func (j *fewJob) cut(group int) {
 // the whole plan's.
 func (pl *rowsPlan) cost() int { return nr * max(pl.m, streamRows) * pl.p.K }
 func (pl *rowsPlan) work() int { return pl.panels * pl.cost() }
-
-// growInts is s resized to n, reallocated only when it lacks the capacity.
-func growInts(s []int, n int) []int {
-	if cap(s) < n {
-		return make([]int, n)
-	}
-	return s[:n]
-}
 
 // rowsPlan is one few-rows product made ready to run panel by panel: alpha
 // folded into a copy of A when it is not 1, and for the tile kernels the
@@ -311,19 +302,6 @@ func newRowsPlan(pr Product) rowsPlan {
 	return pl
 }
 
-// share is slot s's panels [a, b) of the product when slots split it, cut at
-// multiples of group (gemv's four-panel walk: a cut mid-group left a slower
-// single stream on each side) as near evenly as that allows.
-func (pl *rowsPlan) share(s, slots, group int) (a, b int) {
-	cut := func(s int) int {
-		if s >= slots {
-			return pl.panels
-		}
-		return min(pl.panels, (s*pl.panels+slots*group/2)/(slots*group)*group)
-	}
-	return cut(s), cut(s + 1)
-}
-
 func (pl *rowsPlan) release() {
 	for _, b := range pl.bufs {
 		if b != nil {
@@ -332,11 +310,13 @@ func (pl *rowsPlan) release() {
 	}
 }
 
-func (pl *rowsPlan) run(lo, hi int) {
+// run computes panels [lo, hi); after is the panel the worker reads next
+// (nil: none), for the tile kernels to prefetch.
+func (pl *rowsPlan) run(lo, hi int, after *float32) {
 	if pl.gemv {
 		pl.gemvPanels(lo, hi)
 	} else {
-		pl.tilePanels(lo, hi)
+		pl.tilePanels(lo, hi, after)
 	}
 }
 
@@ -348,7 +328,7 @@ func (pl *rowsPlan) run(lo, hi int) {
 // seventh of a batched decode step); only rows after the last whole tile,
 // when they are not a 4-row tile, are packed (zero-padded, by newRowsPlan),
 // so that no kernel reads past A.
-func (pl *rowsPlan) tilePanels(lo, hi int) {
+func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
 	for q := lo; q < hi; q++ {
 		nw := min(nr, n-q*nr)
@@ -362,6 +342,8 @@ func (pl *rowsPlan) tilePanels(lo, hi int) {
 				next = &p.data[p.blocks[bi+1]+q*nr*min(kc, k-pc-kc)]
 			} else if q+1 < hi {
 				next = &p.data[p.blocks[0]+(q+1)*nr*min(kc, k)]
+			} else if after != nil {
+				next = after
 			}
 			set := pl.set && pc == 0
 			panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next, set)
