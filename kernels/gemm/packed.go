@@ -136,7 +136,7 @@ func mulFew(ps []Product) {
 		}
 		plans = append(plans, pl)
 		units += pl.panels
-		work += pl.work()
+		work += pl.cost()
 	}
 	if units == 0 {
 		return
@@ -248,12 +248,6 @@ func (j *fewJob) panelData(q int) *float32 {
 	return nil
 }
 
-// cost is the work of one of the plan's panels, in multiply-adds of cached
-// data (a streaming weight's element counts as streamRows rows); work is
-// the whole plan's.
-func (pl *rowsPlan) cost() int { return nr * max(pl.m, streamRows) * pl.p.K }
-func (pl *rowsPlan) work() int { return pl.panels * pl.cost() }
-
 // rowsPlan is one few-rows product made ready to run panel by panel: alpha
 // folded into a copy of A when it is not 1, and for the tile kernels the
 // rows after the last whole tile packed.
@@ -301,6 +295,10 @@ func newRowsPlan(pr Product) rowsPlan {
 	}
 	return pl
 }
+
+// cost is the plan's work in multiply-adds of cached data (a streaming
+// weight's element counts as streamRows rows), for sizing the region.
+func (pl *rowsPlan) cost() int { return pl.panels * nr * max(pl.m, streamRows) * pl.p.K }
 
 func (pl *rowsPlan) release() {
 	for _, b := range pl.bufs {
