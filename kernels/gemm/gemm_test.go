@@ -379,11 +379,12 @@ func TestHugeFloats(t *testing.T) {
 	}
 }
 
-// MulAll's products, run in one region with each worker taking a share of
-// every one, give what Ref gives for each: sets that mix one-row and tile
+// MulAll's products, run in one region with the workers claiming their
+// panels, give what Ref gives for each: sets that mix one-row and tile
 // products, panel counts that do not split evenly into gemv's groups of
 // four, alpha and beta other than 1 and 0, and a set with a prompt's rows
-// (run one by one).
+// (run one by one); also with several callers running their sets at once
+// on the shared workers, as the training and sampling executors do.
 func TestMulAllMatchesRef(t *testing.T) {
 	r := rng.New(9)
 	sets := [][][3]int{ // per product: m, n, k (one k per set: they read one input)
@@ -392,9 +393,13 @@ func TestMulAllMatchesRef(t *testing.T) {
 		{{2, 33, 16}, {16, 70, 16}},
 		{{120, 40, 64}, {4, 40, 64}},
 	}
-	for si, set := range sets {
-		var ps []Product
-		var want [][]float32
+	type product struct {
+		p       Product
+		c, want []float32 // C before, and Ref's C after
+	}
+	var cases [][]product
+	for _, set := range sets {
+		var ps []product
 		for pi, sh := range set {
 			m, n, k := sh[0], sh[1], sh[2]
 			alpha, beta := float32(1), float32(0)
@@ -405,17 +410,51 @@ func TestMulAllMatchesRef(t *testing.T) {
 			c := randSlice(r, m*(n+3))
 			exp := append([]float32(nil), c...)
 			Ref(false, true, m, n, k, alpha, a, k+1, w, k, beta, exp, n+3)
-			ps = append(ps, Product{B: PackT(w, n, k, k), M: m, Alpha: alpha, A: a, Lda: k + 1, Beta: beta, C: c, Ldc: n + 3})
-			want = append(want, exp)
+			ps = append(ps, product{Product{B: PackT(w, n, k, k), M: m, Alpha: alpha, A: a, Lda: k + 1, Beta: beta, Ldc: n + 3}, c, exp})
+		}
+		cases = append(cases, ps)
+	}
+	run := func(si int) error {
+		var ps []Product
+		for _, pr := range cases[si] {
+			pr.p.C = append([]float32(nil), pr.c...)
+			ps = append(ps, pr.p)
 		}
 		MulAll(ps)
 		for pi, pr := range ps {
-			for i := range pr.C {
-				if math.Abs(float64(pr.C[i]-want[pi][i])) > 1e-5*float64(pr.B.K+1) {
-					t.Fatalf("set %d product %d: [%d] %v vs %v", si, pi, i, pr.C[i], want[pi][i])
+			for i, want := range cases[si][pi].want {
+				if math.Abs(float64(pr.C[i]-want)) > 1e-5*float64(pr.B.K+1) {
+					return fmt.Errorf("set %d product %d: [%d] %v vs %v", si, pi, i, pr.C[i], want)
 				}
 			}
 		}
+		return nil
+	}
+	for si := range cases {
+		if err := run(si); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 4*len(cases))
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < 20; round++ {
+				for si := range cases {
+					if err := run((si + g) % len(cases)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 
