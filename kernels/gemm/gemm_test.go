@@ -97,7 +97,7 @@ func TestKernelsMatchPortable(t *testing.T) {
 		lda := k + mr + 3
 		a, b := randSlice(r, (k+mr)*lda), randSlice(r, k*nr)
 		for _, st := range [][2]int{{1, mr}, {lda, 1}, {1, lda}} {
-			for _, rows := range []int{mr, 4} {
+			for _, rows := range []int{mr, 5, 4} {
 				for _, set := range []bool{false, true} {
 					c1 := randSlice(r, mr*20)
 					c2 := append([]float32(nil), c1...)
@@ -236,16 +236,22 @@ func BenchmarkGemvCold(b *testing.B) {
 
 // BenchmarkKernel is the micro-kernel alone on cache-resident panels, one
 // copy per core (-cpu 1,2): the ceiling the packed GEMM can approach.
+// BenchmarkKernel runs each tile kernel on data in L1, one per core: its
+// rate per row is what choosing tile heights weighs.
 func BenchmarkKernel(b *testing.B) {
 	const k = 256
-	b.RunParallel(func(pb *testing.PB) {
-		r := rng.New(1)
-		a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
-		for pb.Next() {
-			tile(mr, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false)
-		}
-	})
-	b.ReportMetric(2*mr*nr*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	for _, rows := range []int{4, 5, mr} {
+		b.Run(fmt.Sprintf("rows%d", rows), func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				r := rng.New(1)
+				a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
+				for pb.Next() {
+					tile(rows, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false)
+				}
+			})
+			b.ReportMetric(2*float64(rows*nr*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
 }
 
 // BenchmarkModelReplay is a decode step's products on the small preset's
@@ -269,7 +275,7 @@ func BenchmarkModelReplay(b *testing.B) {
 		n, k := s[0], s[1]
 		ws = append(ws, slab.PackT(randSlice(r, n*k), n, k, k))
 	}
-	for _, m := range []int{1, 16} {
+	for _, m := range []int{1, 8, 16} {
 		b.Run(fmt.Sprintf("m%d", m), func(b *testing.B) {
 			x, c := randSlice(r, m*8192), make([]float32, m*8192)
 			b.SetBytes(int64(4 * floats))
@@ -308,7 +314,7 @@ func TestPackedMatchesRef(t *testing.T) {
 	// 17), and the blocked path (100, 200); alpha 1 reads A in place, other
 	// alphas a scaled copy; beta 0 writes over C (NaN there) without reading it.
 	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {3, 50, 257}, {4, 70, 300}, {5, 16, 300}, {10, 40, 260},
-		{16, 3100, 70}, {17, 90, 520}, {96, 33, 64}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}}
+		{16, 3100, 70}, {17, 90, 520}, {8, 40, 300}, {13, 50, 260}, {14, 33, 520}, {96, 33, 64}, {100, 50, 600}, {7, 4000, 513}, {200, 33, 9}}
 	for _, s := range shapes {
 		m, n, k := s[0], s[1], s[2]
 		for _, ta := range []bool{false, true} {
@@ -527,7 +533,7 @@ func TestFewJobClaims(t *testing.T) {
 // against a model-sized set of packed [n,k] weights, far larger than the
 // caches, so each weight streams from memory once per pass.
 func BenchmarkPackedCold(b *testing.B) {
-	for _, m := range []int{1, 16} {
+	for _, m := range []int{1, 8, 16} {
 		for _, s := range [][2]int{{512, 512}, {1280, 512}, {512, 1280}, {3072, 1024}, {1024, 3072}} {
 			n, k := s[0], s[1]
 			b.Run(fmt.Sprintf("m%d/%dx%d", m, n, k), func(b *testing.B) {

@@ -11,9 +11,12 @@ var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 
 //go:noescape
+func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+
+//go:noescape
 func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
 
-// tile adds A·B into the rows×16 tile at c (set: writes it over c), rows 6 (mr) or 4, with A's
+// tile adds A·B into the rows×16 tile at c (set: writes it over c), rows 4 to 6 (mr), with A's
 // element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
 // row-major matrix read in place (rs lda, cs 1), or columns of one stored
 // transposed (rs 1, cs lda). b is a packed panel k deep. Each k step also
@@ -28,11 +31,14 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 	_ = a[(rows-1)*rs+(k-1)*cs]
 	_ = b[k*nr-1]
 	_ = c[(rows-1)*ldc+nr-1]
-	if rows == 4 {
+	switch rows {
+	case 4:
 		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
-		return
+	case 5:
+		tile5x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
+	default:
+		tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
 	}
-	tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
 }
 
 //go:noescape

@@ -23,10 +23,13 @@
 	VMOVUPS Y6, 192(DX) \
 	VMOVUPS Y7, 224(DX)
 
-#define ZERO12 \
+#define ZERO10 \
 	ZERO8 \
 	VXORPS Y8, Y8, Y8 \
-	VXORPS Y9, Y9, Y9 \
+	VXORPS Y9, Y9, Y9
+
+#define ZERO12 \
+	ZERO10 \
 	VXORPS Y10, Y10, Y10 \
 	VXORPS Y11, Y11, Y11
 
@@ -49,12 +52,16 @@
 	VFMADD231PS Y12, Y15, Y6 \
 	VFMADD231PS Y13, Y15, Y7
 
-// One k step of the 6x16 tile: STEP4 and rows 4 and 5 (R13 = 5·R11).
-#define STEP(boff) \
+// One k step of the top five rows: STEP4 and row 4.
+#define STEP5(boff) \
 	STEP4(boff) \
 	VBROADCASTSS (SI)(R11*4), Y14 \
 	VFMADD231PS Y12, Y14, Y8 \
-	VFMADD231PS Y13, Y14, Y9 \
+	VFMADD231PS Y13, Y14, Y9
+
+// One k step of the 6x16 tile: STEP5 and row 5 (R13 = 5·R11).
+#define STEP(boff) \
+	STEP5(boff) \
 	VBROADCASTSS (SI)(R13*1), Y15 \
 	VFMADD231PS Y12, Y15, Y10 \
 	VFMADD231PS Y13, Y15, Y11
@@ -186,10 +193,45 @@ set6:
 	VZEROUPPER
 	RET
 
+// func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+// A tile of five rows: sixteen decode rows cut 6+5+5 keep ten or more
+// accumulators in every tile, where 6+6+4 left the last tile eight, too few
+// to hide the FMA's latency (that tile cost 1.23× the 6-row one per row).
+TEXT ·tile5x16AVX(SB), NOSPLIT, $0-81
+	TILE_ARGS
+	PREFETCHROW
+	PREFETCHROW
+	PREFETCHROW
+	PREFETCHROW
+	PREFETCHROW
+	ZERO10
+	TILE_LOOP(STEP5)
+
+store:
+	MOVBLZX set+80(FP), BX
+	TESTQ   BX, BX
+	JNE     set5
+	STORE(Y0, Y1)
+	STORE(Y2, Y3)
+	STORE(Y4, Y5)
+	STORE(Y6, Y7)
+	STORE(Y8, Y9)
+	VZEROUPPER
+	RET
+
+set5:
+	SET(Y0, Y1)
+	SET(Y2, Y3)
+	SET(Y4, Y5)
+	SET(Y6, Y7)
+	SET(Y8, Y9)
+	VZEROUPPER
+	RET
+
 // func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
-// The bottom tile of a row block whose height leaves four rows or fewer
-// (16 decode rows: 6+6+4): a third less work than a padded 6x16 tile, and
-// it writes C directly.
+// The bottom tile of a packed row block that leaves four rows or fewer, and
+// the tiles of eight or fourteen rows read in place: a third less work than
+// a padded 6x16 tile, and it writes C directly.
 TEXT ·tile4x16AVX(SB), NOSPLIT, $0-81
 	TILE_ARGS
 	PREFETCHROW

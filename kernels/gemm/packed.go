@@ -282,7 +282,7 @@ func newRowsPlan(pr Product) rowsPlan {
 	pl.src = inPlace(ta, pl.a, pl.lda)
 	pl.set = pr.Beta == 0
 	pl.whole = m / mr * mr
-	if m-pl.whole == 4 {
+	if inPlaceRows(m) {
 		pl.whole = m
 	}
 	if pl.whole < m { // per k block at pc·mr, one packed tile
@@ -324,7 +324,7 @@ func (pl *rowsPlan) run(lo, hi int, after *float32) {
 // streams, which draw more bandwidth than one. A is read where it lies, so
 // nothing is packed while the workers wait (packing 16 rows serially was a
 // seventh of a batched decode step); only rows after the last whole tile,
-// when they are not a 4-row tile, are packed (zero-padded, by newRowsPlan),
+// when the rows do not cut into tiles of 4 to 6, are packed (zero-padded, by newRowsPlan),
 // so that no kernel reads past A.
 func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K

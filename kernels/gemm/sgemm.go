@@ -312,10 +312,12 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 // (columns j0, nw of them wide), adding into C. Its tiles share the touching
 // of next, the panel the caller reads after this one, a slice each: bunched
 // into the first tile, the loads of a panel streaming from memory queued up
-// behind each other while the other tiles' time went unused. A tile of four
-// rows or fewer runs the 4-row kernel; edge tiles go through a local tile so
-// the kernel always writes whole rows. An in-place block must hold every row
-// a kernel reads: its tiles are 6 or 4 rows. set writes the products over C
+// behind each other while the other tiles' time went unused. A packed
+// block's tiles are its 6-row panels, the last one run by the kernel of its
+// height (4 for fewer rows: the panel is padded); edge tiles go through a
+// local tile so the kernel always writes whole rows. An in-place block must
+// hold every row a kernel reads, so its rows must cut into tiles of 4 to 6
+// (inPlaceRows); they are cut as evenly as they go. set writes the products over C
 // instead of adding them: a product with beta 0 sets C in its first k block
 // rather than clearing it first, a serial pass over all of C while the
 // other cores wait (~2.5% of a 16-stream decode step).
@@ -323,16 +325,20 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 	if mb <= 0 {
 		return
 	}
+	tiles := (mb + mr - 1) / mr
 	pstep := max(4, 64*mr/mb) // bytes of next a k step: a 64-byte row of it over all the tiles
-	for ir := 0; ir < mb; ir += mr {
-		mw := min(mr, mb-ir)
-		rows := mr
-		if mw <= 4 {
-			rows = 4
+	for t, ir, mw := 0, 0, 0; ir < mb; t, ir = t+1, ir+mw {
+		mw = min(mr, mb-ir)
+		if ab.rs != 0 {
+			mw = mb / tiles
+			if t < mb%tiles {
+				mw++
+			}
 		}
+		rows := max(mw, 4)
 		a, rs, cs := ab.tileAt(ir, kb)
 		cOff := (ic+ir)*ldc + j0
-		poff := ir / mr * pstep * kb
+		poff := t * pstep * kb
 		if nw == nr && mw == rows {
 			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set)
 		} else {
@@ -371,6 +377,11 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 		}
 	}
 }
+
+// inPlaceRows reports whether m rows read in place cut into tiles of 4 to 6
+// rows, ceil(m/mr) of them: 16 decode rows go 6+5+5, each tile with ten or
+// more accumulators.
+func inPlaceRows(m int) bool { return m >= 4*((m+mr-1)/mr) }
 
 // packA copies alpha·op(A)[i0:i0+mb, p0:p0+kb] into mr-row panels laid out
 // p-major (dst[panel][p][i]), zero-padding the last panel. Each layout gets
