@@ -97,15 +97,20 @@ func TestKernelsMatchPortable(t *testing.T) {
 		lda := k + mr + 3
 		a, b := randSlice(r, (k+mr)*lda), randSlice(r, k*nr)
 		for _, st := range [][2]int{{1, mr}, {lda, 1}, {1, lda}} {
+			// No second source; a LoRA term's u rows in place; one packed.
+			u := randSlice(r, mr*19)
+			secs := []*second{nil, {a: u, rs: 19, cs: 1, b: randSlice(r, 16*nr), k: 16}, {a: u, rs: 1, cs: mr, b: randSlice(r, 3*nr), k: 3}}
 			for _, rows := range []int{mr, 5, 4} {
 				for _, set := range []bool{false, true} {
-					c1 := randSlice(r, mr*20)
-					c2 := append([]float32(nil), c1...)
-					tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0], 0, 64, set)
-					tileGo(rows, k, a, st[0], st[1], b, c2, 20, set)
-					for i := range c1 {
-						if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
-							t.Fatalf("tile rows=%d k=%d strides %v set %v [%d]: %v vs %v", rows, k, st, set, i, c1[i], c2[i])
+					for si, sec := range secs {
+						c1 := randSlice(r, mr*20)
+						c2 := append([]float32(nil), c1...)
+						tile(rows, k, a, st[0], st[1], b, c1, 20, &b[0], 0, 64, set, sec)
+						tileGo(rows, k, a, st[0], st[1], b, c2, 20, set, sec)
+						for i := range c1 {
+							if math.Abs(float64(c1[i]-c2[i])) > 1e-4 {
+								t.Fatalf("tile rows=%d k=%d strides %v set %v second %d [%d]: %v vs %v", rows, k, st, set, si, i, c1[i], c2[i])
+							}
 						}
 					}
 				}
@@ -246,7 +251,7 @@ func BenchmarkKernel(b *testing.B) {
 				r := rng.New(1)
 				a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
 				for pb.Next() {
-					tile(rows, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false)
+					tile(rows, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false, nil)
 				}
 			})
 			b.ReportMetric(2*float64(rows*nr*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -395,7 +400,8 @@ func TestMulAllMatchesRef(t *testing.T) {
 	r := rng.New(9)
 	sets := [][][3]int{ // per product: m, n, k (one k per set: they read one input)
 		{{1, 512, 300}, {1, 256, 300}, {1, 16, 300}, {1, 17, 300}},
-		{{16, 520, 260}, {16, 16, 260}, {3, 16, 260}, {5, 100, 260}},
+		{{16, 520, 260}, {16, 16, 260}, {3, 16, 260}, {5, 100, 260}, {16, 40, 260}},
+		{{8, 300, 512}, {10, 17, 512}, {7, 64, 512}},
 		{{2, 33, 16}, {16, 70, 16}},
 		{{120, 40, 64}, {4, 40, 64}},
 	}
@@ -416,7 +422,14 @@ func TestMulAllMatchesRef(t *testing.T) {
 			c := randSlice(r, m*(n+3))
 			exp := append([]float32(nil), c...)
 			Ref(false, true, m, n, k, alpha, a, k+1, w, k, beta, exp, n+3)
-			ps = append(ps, product{Product{B: PackT(w, n, k, k), M: m, Alpha: alpha, A: a, Lda: k + 1, Beta: beta, Ldc: n + 3}, c, exp})
+			pr := Product{B: PackT(w, n, k, k), M: m, Alpha: alpha, A: a, Lda: k + 1, Beta: beta, Ldc: n + 3}
+			if pi%2 == 0 { // a LoRA term: on the tiles where FusesTerm, alone elsewhere
+				rank, talpha := 4+12*(pi/2%2), float32(0.25)
+				u, tb := randSlice(r, m*(rank+2)), randSlice(r, n*rank)
+				Ref(false, true, m, n, rank, talpha, u, rank+2, tb, rank, 1, exp, n+3)
+				pr.Term = Term{B: PackT(tb, n, rank, rank), U: u, Ldu: rank + 2, Alpha: talpha}
+			}
+			ps = append(ps, product{pr, c, exp})
 		}
 		cases = append(cases, ps)
 	}

@@ -8,36 +8,44 @@ import "golang.org/x/sys/cpu"
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 
 //go:noescape
-func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 
 //go:noescape
-func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 
 // tile adds A·B into the rows×16 tile at c (set: writes it over c), rows 4 to 6 (mr), with A's
 // element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
 // row-major matrix read in place (rs lda, cs 1), or columns of one stored
 // transposed (rs 1, cs lda). b is a packed panel k deep. Each k step also
 // touches the byte poff + p·pstep of next (see panelTiles), so a panel
-// streaming from memory arrives while this one is multiplied.
-func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32, poff, pstep int, set bool) {
+// streaming from memory arrives while this one is multiplied. sec (nil:
+// none) is a second source added into the same sums before they are stored.
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *float32, poff, pstep int, set bool, sec *second) {
 	if !useAVX || k == 0 {
-		tileGo(rows, k, a, rs, cs, b, c, ldc, set)
+		tileGo(rows, k, a, rs, cs, b, c, ldc, set, sec)
 		return
 	}
 	// Bounds the assembly relies on, checked once per tile.
 	_ = a[(rows-1)*rs+(k-1)*cs]
 	_ = b[k*nr-1]
 	_ = c[(rows-1)*ldc+nr-1]
+	var a2, b2 *float32
+	var rs2, cs2, k2 int
+	if sec != nil && sec.k > 0 {
+		_ = sec.a[(rows-1)*sec.rs+(sec.k-1)*sec.cs]
+		_ = sec.b[sec.k*nr-1]
+		a2, rs2, cs2, b2, k2 = &sec.a[0], sec.rs, sec.cs, &sec.b[0], sec.k
+	}
 	switch rows {
 	case 4:
-		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
+		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
 	case 5:
-		tile5x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
+		tile5x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
 	default:
-		tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set)
+		tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
 	}
 }
 

@@ -109,7 +109,9 @@
 
 // The k loop, four steps at a time: each step also touches the next B
 // panel at R10, which moves AX bytes a step, so a panel streaming from
-// memory arrives while this one is multiplied. Ends at label store.
+// memory arrives while this one is multiplied. Then the second source's k2
+// steps (none when k2 is 0) into the same accumulators: a LoRA term's
+// u·Bᵀ riding on its base product's tile. Ends at label store.
 #define TILE_LOOP(S) \
 	MOVQ CX, BX \
 	SHRQ $2, BX \
@@ -139,13 +141,31 @@ loop4: \
 	JNZ  loop4 \
 tail: \
 	TESTQ CX, CX \
-	JE    store \
+	JE    second \
 loop1: \
 	S(0) \
 	ADDQ R14, SI \
 	ADDQ $64, DI \
 	DECQ CX \
-	JNZ  loop1
+	JNZ  loop1 \
+second: \
+	MOVQ k2+120(FP), CX \
+	TESTQ CX, CX \
+	JE    store \
+	MOVQ a2+88(FP), SI \
+	MOVQ rs2+96(FP), R11 \
+	MOVQ cs2+104(FP), R14 \
+	MOVQ b2+112(FP), DI \
+	SHLQ $2, R11 \
+	SHLQ $2, R14 \
+	LEAQ (R11)(R11*2), R12 \
+	LEAQ (R11)(R11*4), R13 \
+loop2: \
+	S(0) \
+	ADDQ R14, SI \
+	ADDQ $64, DI \
+	DECQ CX \
+	JNZ  loop2
 
 // The row-strip kernels' arguments: k in CX, a in SI, b in DI, b's row
 // stride in bytes in R8, c in DX.
@@ -157,8 +177,8 @@ loop1: \
 	MOVQ c+40(FP), DX \
 	SHLQ $2, R8
 
-// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
-TEXT ·tile6x16AVX(SB), NOSPLIT, $0-81
+// func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile6x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
 	// Touch the C tile now so its lines arrive while the k loop runs.
 	PREFETCHROW
@@ -193,11 +213,11 @@ set6:
 	VZEROUPPER
 	RET
 
-// func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+// func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 // A tile of five rows: sixteen decode rows cut 6+5+5 keep ten or more
 // accumulators in every tile, where 6+6+4 left the last tile eight, too few
 // to hide the FMA's latency (that tile cost 1.23× the 6-row one per row).
-TEXT ·tile5x16AVX(SB), NOSPLIT, $0-81
+TEXT ·tile5x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW
@@ -228,11 +248,11 @@ set5:
 	VZEROUPPER
 	RET
 
-// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool)
+// func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 // The bottom tile of a packed row block that leaves four rows or fewer, and
 // the tiles of eight or fourteen rows read in place: a third less work than
 // a padded 6x16 tile, and it writes C directly.
-TEXT ·tile4x16AVX(SB), NOSPLIT, $0-81
+TEXT ·tile4x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
 	PREFETCHROW
 	PREFETCHROW

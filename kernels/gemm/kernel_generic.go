@@ -62,19 +62,36 @@ func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
 	}
 }
 
-// tileGo is tile's portable twin: it adds A·B into the first rows rows of
-// the tile at c (set: writes it over them), A's element (i, p) at
-// a[i·rs + p·cs].
-func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, set bool) {
+// second is a source a tile adds into its sums after its own k steps and
+// before it stores them: k steps of A's element (i, p) at a[i·rs + p·cs]
+// against the packed panel b. A LoRA term's u·Bᵀ rides on its base
+// product's tiles this way (see Term).
+type second struct {
+	a      []float32
+	rs, cs int
+	b      []float32
+	k      int
+}
+
+// tileGo is tile's portable twin: it adds A·B (and sec's product, when not
+// nil) into the first rows rows of the tile at c (set: writes it over
+// them), A's element (i, p) at a[i·rs + p·cs].
+func tileGo(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, set bool, sec *second) {
 	var acc [mr][nr]float32
-	for p := 0; p < k; p++ {
-		bp := b[p*nr : p*nr+nr]
-		for i := 0; i < rows; i++ {
-			ai := a[i*rs+p*cs]
-			for j := 0; j < nr; j++ {
-				acc[i][j] += ai * bp[j]
+	accumulate := func(k int, a []float32, rs, cs int, b []float32) {
+		for p := 0; p < k; p++ {
+			bp := b[p*nr : p*nr+nr]
+			for i := 0; i < rows; i++ {
+				ai := a[i*rs+p*cs]
+				for j := 0; j < nr; j++ {
+					acc[i][j] += ai * bp[j]
+				}
 			}
 		}
+	}
+	accumulate(k, a, rs, cs, b)
+	if sec != nil {
+		accumulate(sec.k, sec.a, sec.rs, sec.cs, sec.b)
 	}
 	for i := 0; i < rows; i++ {
 		row := c[i*ldc : i*ldc+nr]

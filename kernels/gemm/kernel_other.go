@@ -2,8 +2,8 @@
 
 package gemm
 
-func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, _ *float32, _, _ int, set bool) {
-	tileGo(rows, k, a, rs, cs, b, c, ldc, set)
+func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, _ *float32, _, _ int, set bool, sec *second) {
+	tileGo(rows, k, a, rs, cs, b, c, ldc, set, sec)
 }
 
 func dot4(x, w []float32, ldw int, out *[4]float32) { dot4Go(x, w, ldw, out) }

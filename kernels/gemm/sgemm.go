@@ -210,7 +210,7 @@ func (j *narrowJob) block(i0 int, ap []float32) {
 		base := pc * j.panels * nr
 		for q := 0; q < j.panels; q++ {
 			bp := j.pb[base+q*nr*kb : base+(q+1)*nr*kb]
-			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0], j.set && pc == 0)
+			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0], j.set && pc == 0, nil)
 		}
 	}
 }
@@ -273,7 +273,7 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int, set 
 		if q+1 < qhi {
 			next = &pb[(q+1)*nr*kb]
 		}
-		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next, set)
+		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next, set, nil)
 	}
 }
 
@@ -320,8 +320,10 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 // (inPlaceRows); they are cut as evenly as they go. set writes the products over C
 // instead of adding them: a product with beta 0 sets C in its first k block
 // rather than clearing it first, a serial pass over all of C while the
-// other cores wait (~2.5% of a 16-stream decode step).
-func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool) {
+// other cores wait (~2.5% of a 16-stream decode step). sec (nil: none) is
+// a second source every tile adds before it stores, its rows from the
+// block's first (in place, and so is ab).
+func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool, sec *second) {
 	if mb <= 0 {
 		return
 	}
@@ -339,11 +341,17 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 		a, rs, cs := ab.tileAt(ir, kb)
 		cOff := (ic+ir)*ldc + j0
 		poff := t * pstep * kb
+		var s2 *second
+		if sec != nil {
+			tail := *sec
+			tail.a = sec.a[ir*sec.rs:]
+			s2 = &tail
+		}
 		if nw == nr && mw == rows {
-			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set)
+			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set, s2)
 		} else {
 			var t [mr * nr]float32
-			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep, true)
+			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep, true, s2)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				if set {

@@ -88,12 +88,15 @@ func addBias[F gemm.Float](y, b []F, T, out int) {
 	}
 }
 
-// mulOp is one y = alpha·x·Wᵀ + beta·y (x [m, in], y [m, out]) for mulAll.
+// mulOp is one y = alpha·x·Wᵀ + beta·y (x [m, in], y [m, out]) for mulAll,
+// plus t's u·Bᵀ term when t has a pair: y += t.s·u·t.bᵀ, u [m, r].
 type mulOp[F gemm.Float] struct {
 	w           weight[F]
 	m, in, out  int
 	alpha, beta F
 	x, y        []F
+	t           term[F]
+	u           []F
 }
 
 // mulAll runs ops, which must not write what another reads: in one
@@ -103,14 +106,21 @@ func mulAll[F gemm.Float](ops []mulOp[F]) {
 	var buf [8]gemm.Product
 	ps := buf[:0]
 	for _, o := range ops {
-		if o.w.packed == nil {
+		if o.w.packed == nil || (o.t.b.W != nil && o.t.b.packed == nil) {
 			for _, o := range ops {
 				o.w.mul(o.y, o.x, o.m, o.in, o.out, o.alpha, o.beta)
+				if o.t.b.W != nil {
+					o.t.b.mul(o.y, o.u, o.m, len(o.u)/o.m, o.out, o.t.s, 1)
+				}
 			}
 			return
 		}
-		ps = append(ps, gemm.Product{B: o.w.packed, M: o.m, Alpha: any(o.alpha).(float32), A: any(o.x).([]float32), Lda: o.in,
-			Beta: any(o.beta).(float32), C: any(o.y).([]float32), Ldc: o.out})
+		p := gemm.Product{B: o.w.packed, M: o.m, Alpha: any(o.alpha).(float32), A: any(o.x).([]float32), Lda: o.in,
+			Beta: any(o.beta).(float32), C: any(o.y).([]float32), Ldc: o.out}
+		if o.t.b.W != nil {
+			p.Term = gemm.Term{B: o.t.b.packed, U: any(o.u).([]float32), Ldu: o.t.b.packed.K, Alpha: any(o.t.s).(float32)}
+		}
+		ps = append(ps, p)
 	}
 	gemm.MulAll(ps)
 }
@@ -163,12 +173,16 @@ type proj[F gemm.Float] struct {
 // among [t0, t0+T). The projections' base products and the terms' x·Aᵀ run
 // as one set of products, then the terms' u·Bᵀ as another: a decode step's
 // q, k and v (or gate and up) take two parallel regions instead of eight.
+// Where one group holds all the rows and the products' tiles can carry the
+// terms (gemm.FusesTerm: decode's batches of 4 to 96 rows), the x·Aᵀ run
+// first and each u·Bᵀ rides on its base product's tiles instead.
 // u: scratch of at least len(ps)·T·maxRank.
 func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*Frozen[F], lora.Module) term[F], u []F) {
-	var buf1, buf2 [8]mulOp[F]
-	first, second := buf1[:0], buf2[:0]
+	var buf0, buf1, buf2 [8]mulOp[F]
+	pre, first, second := buf0[:0], buf1[:0], buf2[:0]
+	fuse := len(gs) == 1 && gs[0].lo <= t0 && gs[0].hi >= t0+T
 	for _, p := range ps {
-		first = append(first, mulOp[F]{w: p.w, m: T, in: in, out: p.out, alpha: 1, x: x, y: p.y})
+		base := mulOp[F]{w: p.w, m: T, in: in, out: p.out, alpha: 1, x: x, y: p.y}
 		for _, g := range gs {
 			lo, hi := max(g.lo, t0)-t0, min(g.hi, t0+T)-t0
 			lt := termOf(g.z, p.mod)
@@ -178,15 +192,27 @@ func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], 
 			n, r := hi-lo, len(lt.a.W)/in
 			ug := u[:n*r]
 			u = u[n*r:]
-			first = append(first, mulOp[F]{w: lt.a, m: n, in: in, out: r, alpha: 1, x: x[lo*in : hi*in], y: ug})
+			xa := mulOp[F]{w: lt.a, m: n, in: in, out: r, alpha: 1, x: x[lo*in : hi*in], y: ug}
+			if fuse && lt.b.packed != nil && gemm.FusesTerm(n, r) {
+				pre = append(pre, xa)
+				base.t, base.u = lt, ug
+				continue
+			}
+			first = append(first, xa)
 			second = append(second, mulOp[F]{w: lt.b, m: n, in: r, out: p.out, alpha: lt.s, beta: 1, x: ug, y: p.y[lo*p.out : hi*p.out]})
 		}
+		first = append(first, base)
+	}
+	if len(pre) > 0 {
+		mulAll(pre)
 	}
 	mulAll(first)
 	for _, p := range ps {
 		addBias(p.y, p.b, T, p.out)
 	}
-	mulAll(second)
+	if len(second) > 0 {
+		mulAll(second)
+	}
 }
 
 // linearBackward sets dx to beta·dx + dL/dx (skipped when dx is nil; beta
