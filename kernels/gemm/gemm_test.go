@@ -173,6 +173,51 @@ func TestKernelsMatchPortable(t *testing.T) {
 	}
 }
 
+// FuzzTermProduct holds a product carrying a LoRA term to Ref's two
+// products, on every path: riding on the tiles (FusesTerm), after the
+// region as a product of its own (gemv rows, rows that do not cut into
+// tiles), and the prompt path (more than mc rows). C's padding columns must
+// stay untouched, and with beta 0 a NaN in C must not show.
+func FuzzTermProduct(f *testing.F) {
+	f.Add(uint8(16), uint16(520), uint16(260), uint8(16), uint8(1), uint64(1))
+	f.Add(uint8(7), uint16(33), uint16(17), uint8(4), uint8(2), uint64(2))
+	f.Fuzz(func(t *testing.T, m uint8, n, k uint16, rank, mode uint8, seed uint64) {
+		r := rng.New(seed)
+		M, N, K, R := int(m)%120+1, int(n)%600+1, int(k)%600+1, int(rank)%40+1
+		alpha, beta, talpha := []float32{1, 0.5}[mode%2], []float32{0, 1}[mode/2%2], []float32{1, -0.75}[mode/4%2]
+		lda, ldu, ldc := K+1, R+3, N+2
+		a, w, u, tb := randSlice(r, M*lda), randSlice(r, N*K), randSlice(r, M*ldu), randSlice(r, N*R)
+		c := randSlice(r, M*ldc)
+		if beta == 0 {
+			for i := 0; i < M; i++ {
+				for j := 0; j < N; j++ {
+					c[i*ldc+j] = float32(math.NaN())
+				}
+			}
+		}
+		want := append([]float32(nil), c...)
+		Ref(false, true, M, N, K, alpha, a, lda, w, K, beta, want, ldc)
+		Ref(false, true, M, N, R, talpha, u, ldu, tb, R, 1, want, ldc)
+		MulAll([]Product{{B: PackT(w, N, K, K), M: M, Alpha: alpha, A: a, Lda: lda, Beta: beta, C: c, Ldc: ldc,
+			Term: Term{B: PackT(tb, N, R, R), U: u, Ldu: ldu, Alpha: talpha}}})
+		tol := 1e-5 * float64(K+R+1)
+		for i := 0; i < M; i++ {
+			for j := 0; j < ldc; j++ {
+				g, e := c[i*ldc+j], want[i*ldc+j]
+				if j >= N {
+					if g != e {
+						t.Fatalf("wrote outside C at [%d,%d]", i, j)
+					}
+					continue
+				}
+				if !(math.Abs(float64(g-e)) <= tol) {
+					t.Fatalf("m=%d n=%d k=%d r=%d mode %d (fused %v): C[%d,%d]=%v want %v", M, N, K, R, mode, FusesTerm(M, R), i, j, g, e)
+				}
+			}
+		}
+	})
+}
+
 func FuzzSgemm(f *testing.F) {
 	f.Add(uint8(5), uint8(9), uint8(7), false, true, uint64(1))
 	f.Fuzz(func(t *testing.T, m, n, k uint8, ta, tb bool, seed uint64) {

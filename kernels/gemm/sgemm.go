@@ -328,12 +328,13 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 		return
 	}
 	tiles := (mb + mr - 1) / mr
-	pstep := max(4, 64*mr/mb) // bytes of next a k step: a 64-byte row of it over all the tiles
+	even, longer := mb/tiles, mb%tiles // in place: the first longer tiles have even+1 rows, the rest even
+	pstep := max(4, 64*mr/mb)          // bytes of next a k step: a 64-byte row of it over all the tiles
 	for t, ir, mw := 0, 0, 0; ir < mb; t, ir = t+1, ir+mw {
 		mw = min(mr, mb-ir)
 		if ab.rs != 0 {
-			mw = mb / tiles
-			if t < mb%tiles {
+			mw = even
+			if t < longer {
 				mw++
 			}
 		}
