@@ -132,6 +132,11 @@ func (t Term) alone(m int, c []float32, ldc int) Product {
 // and every region's start and ragged end cost the helpers' time again.
 func MulAll(ps []Product) {
 	for _, pr := range ps {
+		if pr.Term.B != nil && pr.Term.B.N != pr.B.N {
+			panic("gemm: a term's width differs from its product's")
+		}
+	}
+	for _, pr := range ps {
 		if pr.M > mc { // a prompt's rows: each product fills the cores alone
 			for _, pr := range ps {
 				pr.B.Mul(pr.TransA, pr.M, pr.Alpha, pr.A, pr.Lda, pr.Beta, pr.C, pr.Ldc)
@@ -343,7 +348,7 @@ func newRowsPlan(pr Product) rowsPlan {
 			packA(ta, pl.a, pl.lda, pl.whole, m-pl.whole, pc, kb, 1, pl.tail[pc*mr:pc*mr+mr*kb])
 		}
 	}
-	if t := pr.Term; t.B != nil && t.B.N == p.N && FusesTerm(m, t.B.K) {
+	if t := pr.Term; t.B != nil && FusesTerm(m, t.B.K) {
 		pl.term, pl.tu, pl.ldu = t.B, t.U, t.Ldu
 		if t.Alpha != 1 {
 			pl.bufs[2] = scaledRows(false, m, t.B.K, t.Alpha, t.U, t.Ldu)
