@@ -1,6 +1,8 @@
 package gemm
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -198,6 +200,15 @@ func (j *fewJob) run(plans []rowsPlan, units, work int) {
 	j.grain = 1 // the tile kernels take a panel's k blocks at once
 	if plans[0].gemv {
 		j.grain, floor = 4, 4 // gemv walks four panels at a time
+		// Claims come in fours of the region's panels, so products whose
+		// panels are not a multiple of four go last: one in front (LoRA's
+		// one-panel x·Aᵀ before its base product) shifted every later
+		// product's fours, whose ends then went through the one-panel
+		// kernel: 11 of the 105 MB of a one-stream decode step of the small
+		// model, 2 once ordered (the step ~1% shorter).
+		slices.SortStableFunc(plans, func(a, b rowsPlan) int {
+			return cmp.Compare(min(a.panels%4, 1), min(b.panels%4, 1))
+		})
 	}
 	j.slots = max(1, min(par.Workers(), units/par.MinChunk(work/units, floor)))
 	if j.slots == 1 { // too little to share (a tiny model's products): no region
