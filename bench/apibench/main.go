@@ -39,7 +39,11 @@ func main() {
 	peerAddr := flag.String("serve-peer", "", "internal: serve the bare handler on this address")
 	debugAddr := flag.String("debug-addr", "", "passed to wts serve: serve pprof there (to profile the service under load)")
 	engineNice := flag.Int("engine-nice", 0, "passed to wts serve: the engine threads' nice (0: off, the default)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the service under the last level's load here (needs --debug-addr; that level's figures then carry the profiler's cost)")
 	flag.Parse()
+	if *cpuProfile != "" && *debugAddr == "" {
+		log.Fatal("--cpuprofile needs --debug-addr")
+	}
 	if *peerAddr != "" {
 		servePeer(*peerAddr)
 		return
@@ -70,6 +74,11 @@ func main() {
 		before := svc.Scrape()
 		cpu0, cpuOK := svc.CPU()
 		start := time.Now()
+		var profiled chan error
+		if *cpuProfile != "" && c == levels[len(levels)-1] {
+			profiled = make(chan error, 1)
+			go func() { profiled <- profileService(*debugAddr, *cpuProfile) }()
+		}
 		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
 		after := svc.Scrape()
 		svc.WaitExecuted() // the next level starts on an idle executor
@@ -93,10 +102,31 @@ func main() {
 		fmt.Printf("%8s   service memory: %.1f KB allocated per submission, its execution included; %.0f collections\n", "",
 			(done["go_memstats_alloc_bytes_total"]-before["go_memstats_alloc_bytes_total"])/1024/float64(per*c),
 			done["go_gc_duration_seconds_count"]-before["go_gc_duration_seconds_count"])
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				log.Fatalf("profile: %v", err)
+			}
+			fmt.Printf("%8s   profile: %s (the first seconds of the load)\n", "", *cpuProfile)
+		}
 		if s.errors > 0 || p.errors > 0 {
 			fmt.Printf("         errors: service %d (first: %s), peer %d\n", s.errors, s.firstError, p.errors)
 		}
 	}
+}
+
+// profileService writes a CPU profile of the service taken through its
+// pprof address while the load runs: fetched by hand, a profile request
+// that found nothing listening left an older file in place, and it was
+// read as this run's.
+func profileService(addr, path string) error {
+	status, body, err := fasthttp.GetTimeout(nil, "http://"+addr+"/debug/pprof/profile?seconds=4", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	if status != fasthttp.StatusOK {
+		return fmt.Errorf("%s answered %d: %.200s", addr, status, body)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // result is one level's measurement.
