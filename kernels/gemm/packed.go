@@ -403,8 +403,8 @@ func (pl *rowsPlan) run(lo, hi int, after *float32) {
 // streams, which draw more bandwidth than one. A is read where it lies, so
 // nothing is packed while the workers wait (packing 16 rows serially was a
 // seventh of a batched decode step); only rows after the last whole tile,
-// when the rows do not cut into tiles of 4 to 6, are packed (zero-padded, by newRowsPlan),
-// so that no kernel reads past A.
+// when the rows do not cut into tiles of 4 to 6, are packed (zero-padded,
+// by newRowsPlan), so that no kernel reads past A.
 func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
 	for q := lo; q < hi; q++ {

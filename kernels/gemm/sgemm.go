@@ -317,11 +317,11 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 // height (4 for fewer rows: the panel is padded); edge tiles go through a
 // local tile so the kernel always writes whole rows. An in-place block must
 // hold every row a kernel reads, so its rows must cut into tiles of 4 to 6
-// (inPlaceRows); they are cut as evenly as they go. set writes the products over C
-// instead of adding them: a product with beta 0 sets C in its first k block
-// rather than clearing it first, a serial pass over all of C while the
-// other cores wait (~2.5% of a 16-stream decode step). sec (nil: none) is
-// a second source every tile adds before it stores, its rows from the
+// (inPlaceRows); they are cut as evenly as they go. set writes the products
+// over C instead of adding them: a product with beta 0 sets C in its first
+// k block rather than clearing it first, a serial pass over all of C while
+// the other cores wait (~2.5% of a 16-stream decode step). sec (nil: none)
+// is a second source every tile adds before it stores, its rows from the
 // block's first (in place, and so is ab).
 func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool, sec *second) {
 	if mb <= 0 {
@@ -344,23 +344,23 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 		poff := t * pstep * kb
 		var s2 *second
 		if sec != nil {
-			tail := *sec
-			tail.a = sec.a[ir*sec.rs:]
-			s2 = &tail
+			own := *sec // this tile's rows of it
+			own.a = sec.a[ir*sec.rs:]
+			s2 = &own
 		}
 		if nw == nr && mw == rows {
 			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set, s2)
 		} else {
-			var t [mr * nr]float32
-			tile(rows, kb, a, rs, cs, bp, t[:], nr, next, poff, pstep, true, s2)
+			var edge [mr * nr]float32
+			tile(rows, kb, a, rs, cs, bp, edge[:], nr, next, poff, pstep, true, s2)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				if set {
-					copy(row, t[i*nr:])
+					copy(row, edge[i*nr:])
 					continue
 				}
 				for j := range row {
-					row[j] += t[i*nr+j]
+					row[j] += edge[i*nr+j]
 				}
 			}
 		}
