@@ -100,12 +100,26 @@
 	MOVQ next+56(FP), R10 \
 	ADDQ poff+64(FP), R10 \
 	MOVQ pstep+72(FP), AX \
+	SHLQ $2, R8 \
+	A_STRIDES \
+	MOVQ DX, R9
+
+// A's strides in bytes from its element strides in R11 and R14, and the
+// row offsets STEP needs: R12 = 3·R11, R13 = 5·R11.
+#define A_STRIDES \
 	SHLQ $2, R11 \
 	SHLQ $2, R14 \
-	SHLQ $2, R8 \
 	LEAQ (R11)(R11*2), R12 \
-	LEAQ (R11)(R11*4), R13 \
-	MOVQ DX, R9
+	LEAQ (R11)(R11*4), R13
+
+// Single k steps of S, CX of them, from label L.
+#define STEPS1(S, L) \
+L: \
+	S(0) \
+	ADDQ R14, SI \
+	ADDQ $64, DI \
+	DECQ CX \
+	JNZ  L
 
 // The k loop, four steps at a time: each step also touches the next B
 // panel at R10, which moves AX bytes a step, so a panel streaming from
@@ -142,12 +156,7 @@ loop4: \
 tail: \
 	TESTQ CX, CX \
 	JE    second \
-loop1: \
-	S(0) \
-	ADDQ R14, SI \
-	ADDQ $64, DI \
-	DECQ CX \
-	JNZ  loop1 \
+	STEPS1(S, loop1) \
 second: \
 	MOVQ k2+120(FP), CX \
 	TESTQ CX, CX \
@@ -156,16 +165,8 @@ second: \
 	MOVQ rs2+96(FP), R11 \
 	MOVQ cs2+104(FP), R14 \
 	MOVQ b2+112(FP), DI \
-	SHLQ $2, R11 \
-	SHLQ $2, R14 \
-	LEAQ (R11)(R11*2), R12 \
-	LEAQ (R11)(R11*4), R13 \
-loop2: \
-	S(0) \
-	ADDQ R14, SI \
-	ADDQ $64, DI \
-	DECQ CX \
-	JNZ  loop2
+	A_STRIDES \
+	STEPS1(S, loop2)
 
 // The row-strip kernels' arguments: k in CX, a in SI, b in DI, b's row
 // stride in bytes in R8, c in DX.
