@@ -522,6 +522,80 @@ func TestMulAllMatchesRef(t *testing.T) {
 	}
 }
 
+// MulAllAfter's terms read what its pre products write (LoRA's u = x·Aᵀ,
+// then y = x·Wᵀ + s·u·Bᵀ): every path (terms on the tiles, on gemv rows
+// after the region, the prompt path) matches Ref, also from four callers at
+// once on the shared workers, where a term read before its pre was done
+// would show.
+func TestMulAllAfterMatchesRef(t *testing.T) {
+	r := rng.New(13)
+	type lora struct {
+		pre, p     Product
+		want       []float32
+		u, c, init []float32
+	}
+	var cases []lora
+	for _, m := range []int{16, 8, 5, 7, 1, 120} {
+		// pre is deep and the products one k block, so that the helpers
+		// reach the terms long before pre is done.
+		const n, k, kpre, rank = 300, 200, 6000, 16
+		x, xp, a := randSlice(r, m*k), randSlice(r, m*kpre), randSlice(r, rank*kpre)
+		w, b := randSlice(r, n*k), randSlice(r, n*rank)
+		u, want := make([]float32, m*rank), randSlice(r, m*n)
+		init := slices.Clone(want)
+		Ref(false, true, m, rank, kpre, 1, xp, kpre, a, kpre, 0, u, rank)
+		Ref(false, true, m, n, k, 1, x, k, w, k, 0.5, want, n)
+		Ref(false, true, m, n, rank, 0.25, u, rank, b, rank, 1, want, n)
+		cases = append(cases, lora{
+			pre:  Product{B: PackT(a, rank, kpre, kpre), M: m, Alpha: 1, A: xp, Lda: kpre, Ldc: rank},
+			p:    Product{B: PackT(w, n, k, k), M: m, Alpha: 1, A: x, Lda: k, Beta: 0.5, Ldc: n, Term: Term{B: PackT(b, n, rank, rank), Ldu: rank, Alpha: 0.25}},
+			want: want, u: u, init: init,
+		})
+	}
+	run := func(ci int) error {
+		lc := cases[ci]
+		pre, p := lc.pre, lc.p
+		pre.C = make([]float32, len(lc.u))
+		for i := range pre.C {
+			pre.C[i] = float32(math.NaN()) // beta 0: never read; a term reading it early shows
+		}
+		p.C, p.Term.U = slices.Clone(lc.init), pre.C
+		MulAllAfter([]Product{pre}, []Product{p})
+		for i, want := range lc.want {
+			if !(math.Abs(float64(p.C[i]-want)) <= 1e-4*(1+math.Abs(float64(want)))) {
+				return fmt.Errorf("m=%d (fused %v): [%d] %v vs %v", p.M, FusesTerm(p.M, 16), i, p.C[i], want)
+			}
+		}
+		return nil
+	}
+	for ci := range cases {
+		if err := run(ci); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < 10; round++ {
+				for ci := range cases {
+					if err := run((ci + g) % len(cases)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
 // Workers claiming a region's panels at once take every panel exactly once,
 // in order, in claims of at least the grain (the last may be short) that
 // shrink as the region runs out; and the panel a claim prefetches after it

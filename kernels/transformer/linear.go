@@ -99,30 +99,47 @@ type mulOp[F gemm.Float] struct {
 	u           []F
 }
 
-// mulAll runs ops, which must not write what another reads: in one
-// parallel region when every weight is packed (float32 inference), one
-// after another otherwise (the float64 reference path).
-func mulAll[F gemm.Float](ops []mulOp[F]) {
-	var buf [8]gemm.Product
-	ps := buf[:0]
-	for _, o := range ops {
-		if o.w.packed == nil || (o.t.b.W != nil && o.t.b.packed == nil) {
-			for _, o := range ops {
+// mulAll runs pre, then ops, which must not write what another reads
+// (ops' terms may read what pre writes): in one parallel region when every
+// weight is packed (float32 inference, see gemm.MulAllAfter), one after
+// another otherwise (the float64 reference path).
+func mulAll[F gemm.Float](pre, ops []mulOp[F]) {
+	var buf0, buf [8]gemm.Product
+	pp, ps := buf0[:0], buf[:0]
+	packed := true
+	for _, set := range [2][]mulOp[F]{pre, ops} {
+		for _, o := range set {
+			packed = packed && o.w.packed != nil && (o.t.b.W == nil || o.t.b.packed != nil)
+		}
+	}
+	if !packed {
+		for _, set := range [2][]mulOp[F]{pre, ops} {
+			for _, o := range set {
 				o.w.mul(o.y, o.x, o.m, o.in, o.out, o.alpha, o.beta)
 				if o.t.b.W != nil {
 					o.t.b.mul(o.y, o.u, o.m, len(o.u)/o.m, o.out, o.t.s, 1)
 				}
 			}
-			return
 		}
-		p := gemm.Product{B: o.w.packed, M: o.m, Alpha: any(o.alpha).(float32), A: any(o.x).([]float32), Lda: o.in,
-			Beta: any(o.beta).(float32), C: any(o.y).([]float32), Ldc: o.out}
-		if o.t.b.W != nil {
-			p.Term = gemm.Term{B: o.t.b.packed, U: any(o.u).([]float32), Ldu: o.t.b.packed.K, Alpha: any(o.t.s).(float32)}
-		}
-		ps = append(ps, p)
+		return
 	}
-	gemm.MulAll(ps)
+	for _, o := range pre {
+		pp = append(pp, o.product())
+	}
+	for _, o := range ops {
+		ps = append(ps, o.product())
+	}
+	gemm.MulAllAfter(pp, ps)
+}
+
+// product is o for gemm, its weights packed float32.
+func (o mulOp[F]) product() gemm.Product {
+	p := gemm.Product{B: o.w.packed, M: o.m, Alpha: any(o.alpha).(float32), A: any(o.x).([]float32), Lda: o.in,
+		Beta: any(o.beta).(float32), C: any(o.y).([]float32), Ldc: o.out}
+	if o.t.b.W != nil {
+		p.Term = gemm.Term{B: o.t.b.packed, U: any(o.u).([]float32), Ldu: o.t.b.packed.K, Alpha: any(o.t.s).(float32)}
+	}
+	return p
 }
 
 // rowGroup gives rows [lo, hi) of a batch their adapter (nil: the base
@@ -175,7 +192,8 @@ type proj[F gemm.Float] struct {
 // q, k and v (or gate and up) take two parallel regions instead of eight.
 // Where one group holds all the rows and the products' tiles can carry the
 // terms (gemm.FusesTerm: decode's batches of 4 to 96 rows), the x·Aᵀ run
-// first and each u·Bᵀ rides on its base product's tiles instead.
+// first, on the caller while the other cores start on the base products,
+// and each u·Bᵀ rides on its base product's tiles instead.
 // u: scratch of at least len(ps)·T·maxRank.
 func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*Frozen[F], lora.Module) term[F], u []F) {
 	var buf0, buf1, buf2 [8]mulOp[F]
@@ -203,15 +221,12 @@ func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], 
 		}
 		first = append(first, base)
 	}
-	if len(pre) > 0 {
-		mulAll(pre)
-	}
-	mulAll(first)
+	mulAll(pre, first)
 	for _, p := range ps {
 		addBias(p.y, p.b, T, p.out)
 	}
 	if len(second) > 0 {
-		mulAll(second)
+		mulAll(nil, second)
 	}
 }
 
