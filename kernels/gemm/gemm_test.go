@@ -494,20 +494,28 @@ func TestMulAllMatchesRef(t *testing.T) {
 		}
 		return nil
 	}
-	for si := range cases {
-		if err := run(si); err != nil {
+	serialThenShared(t, len(cases), 20, run)
+}
+
+// serialThenShared runs cases 0..n-1 through run one by one, then from four
+// callers at once for rounds rounds, each starting at another case, so that
+// the products share the workers in every mix.
+func serialThenShared(t *testing.T, n, rounds int, run func(int) error) {
+	t.Helper()
+	for i := range n {
+		if err := run(i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	errs := make(chan error, 4*len(cases))
+	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for round := 0; round < 20; round++ {
-				for si := range cases {
-					if err := run((si + g) % len(cases)); err != nil {
+			for range rounds {
+				for i := range n {
+					if err := run((i + g) % n); err != nil {
 						errs <- err
 						return
 					}
@@ -568,32 +576,7 @@ func TestMulAllAfterMatchesRef(t *testing.T) {
 		}
 		return nil
 	}
-	for ci := range cases {
-		if err := run(ci); err != nil {
-			t.Fatal(err)
-		}
-	}
-	errs := make(chan error, 4)
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for round := 0; round < 10; round++ {
-				for ci := range cases {
-					if err := run((ci + g) % len(cases)); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	serialThenShared(t, len(cases), 10, run)
 }
 
 // Workers claiming a region's panels at once take every panel exactly once,
