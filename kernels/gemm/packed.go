@@ -102,12 +102,14 @@ type Product struct {
 
 // Term is a low-rank term a Product adds to its C: Alpha·U·B for U [M, r]
 // (row-major, row stride Ldu) and B packed [r, N], a LoRA term's u·Bᵀ.
-// Where the product's rows all run on the tile kernels in place
-// (FusesTerm), its r steps ride on the base product's tiles, added into
-// their sums before they are stored: a 16-stream decode step of the small
-// model spent ~0.64 ms in the terms' own regions, whose multiply-adds take
-// ~0.19 (each k = r tile loaded and stored its C for 16 steps). Elsewhere
-// it runs after the base product, as a product of its own.
+// Where FusesTerm allows, it rides on the base product's panels: on tile
+// rows read in place its r steps go into the tiles' sums before they are
+// stored, and gemv rows walk its panels after each claim's base k blocks.
+// In their own regions, the terms took ~0.64 ms of a 16-stream decode step
+// of the small model, whose multiply-adds take ~0.19 (each k = r tile
+// loaded and stored its C for 16 steps), and a one-stream step ran ~4%
+// longer. Elsewhere it runs after the base product, as a product of its
+// own.
 type Term struct {
 	B     *Packed
 	U     []float32
@@ -116,9 +118,10 @@ type Term struct {
 }
 
 // FusesTerm reports whether a product of m rows carries a Term of rank r
-// on its own tiles rather than in a pass of its own.
+// on its own panels rather than in a pass of its own: gemv's rows, or tile
+// rows that cut into tiles of 4 to 6 in place.
 func FusesTerm(m, r int) bool {
-	return m >= packedGemvM && m <= mc && inPlaceRows(m) && r <= kc
+	return m <= mc && r <= kc && (m < packedGemvM || inPlaceRows(m))
 }
 
 // alone is the term as a product of its own, added into C.
@@ -412,6 +415,7 @@ func newRowsPlan(pr Product) rowsPlan {
 	}
 	if m < packedGemvM && !ta {
 		pl.gemv = true
+		pl.takeTerm(pr.Term)
 		return pl
 	}
 	pl.src = inPlace(ta, pl.a, pl.lda)
@@ -428,10 +432,19 @@ func newRowsPlan(pr Product) rowsPlan {
 			packA(ta, pl.a, pl.lda, pl.whole, m-pl.whole, pc, kb, 1, pl.tail[pc*mr:pc*mr+mr*kb])
 		}
 	}
-	if t := pr.Term; t.B != nil && FusesTerm(m, t.B.K) {
-		pl.term, pl.tu, pl.ldu, pl.talpha = t.B, t.U, t.Ldu, t.Alpha
+	if pl.whole == m {
+		pl.takeTerm(pr.Term)
 	}
 	return pl
+}
+
+// takeTerm makes t (none when its B is nil) ride on the plan's panels where
+// FusesTerm says it can: the tile kernels add it into their sums, gemv
+// walks its panels after each claim's base k blocks.
+func (pl *rowsPlan) takeTerm(t Term) {
+	if t.B != nil && FusesTerm(pl.m, t.B.K) {
+		pl.term, pl.tu, pl.ldu, pl.talpha = t.B, t.U, t.Ldu, t.Alpha
+	}
 }
 
 // foldAlpha puts the term's Alpha·U in a copy when Alpha is not 1, once U
@@ -512,19 +525,25 @@ func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 			pl.tileBlock(q, bi, next, false)
 		}
 	}
-	if pl.ready != nil {
-		for i := 0; !pl.ready.Load(); i++ {
-			if i%64 == 63 {
-				par.Yield()
-			}
-		}
-	}
+	pl.wait()
 	for q := lo; q < hi; q++ {
 		next := after
 		if q+1 < hi {
 			next = pl.blockData(q+1, last)
 		}
 		pl.tileBlock(q, last, next, true)
+	}
+}
+
+// wait returns once the term's U holds its values (see MulAllAfter).
+func (pl *rowsPlan) wait() {
+	if pl.ready == nil {
+		return
+	}
+	for i := 0; !pl.ready.Load(); i++ {
+		if i%64 == 63 {
+			par.Yield()
+		}
 	}
 }
 
@@ -573,32 +592,41 @@ const packedGemvM = 4
 // kernels add straight into C.
 func (pl *rowsPlan) gemvPanels(lo, hi int) {
 	p, m, n, k := pl.p, pl.m, pl.p.N, pl.p.K
-	a, lda, c, ldc := pl.a, pl.lda, pl.c, pl.ldc
 	full := n / nr                    // panels with all nr columns in C
 	var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
 	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
-		kb := min(kc, k-pc)
-		base := p.data[p.blocks[bi]:]
-		for i := 0; i < m; i++ {
-			x, y := a[i*lda+pc:i*lda+pc+kb], c[i*ldc:]
-			q := lo
-			for ; q+4 <= min(hi, full); q += 4 {
-				gemv64(x, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
-			}
-			for ; q < min(hi, full); q++ {
-				gemv16(x, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
-			}
-			if q < hi { // q == full: the partial panel
-				gemv16(x, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
-			}
-		}
+		pl.gemvBlock(pl.a[pc:], pl.lda, p.data[p.blocks[bi]:], min(kc, k-pc), lo, hi, &edge)
+	}
+	if t := pl.term; t != nil { // its panels are one k block, r deep
+		pl.wait()
+		pl.gemvBlock(pl.tu, pl.ldu, t.data[t.blocks[0]:], t.K, lo, hi, &edge)
 	}
 	if hi > full {
 		for i := 0; i < m; i++ {
-			out := c[i*ldc+full*nr : i*ldc+n]
+			out := pl.c[i*pl.ldc+full*nr : i*pl.ldc+n]
 			for j := range out {
 				out[j] += edge[i][j]
 			}
+		}
+	}
+}
+
+// gemvBlock adds the rows of x (row stride ldx), kb wide, times panels
+// [lo, hi) of one packed k block (base, kb deep) into C; the sums of the
+// last, partial panel go to edge.
+func (pl *rowsPlan) gemvBlock(x []float32, ldx int, base []float32, kb, lo, hi int, edge *[packedGemvM][nr]float32) {
+	full := pl.p.N / nr
+	for i := 0; i < pl.m; i++ {
+		xi, y := x[i*ldx:i*ldx+kb], pl.c[i*pl.ldc:]
+		q := lo
+		for ; q+4 <= min(hi, full); q += 4 {
+			gemv64(xi, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
+		}
+		for ; q < min(hi, full); q++ {
+			gemv16(xi, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
+		}
+		if q < hi { // q == full: the partial panel
+			gemv16(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
 		}
 	}
 }

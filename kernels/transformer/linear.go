@@ -191,7 +191,7 @@ type proj[F gemm.Float] struct {
 // as one set of products, then the terms' u·Bᵀ as another: a decode step's
 // q, k and v (or gate and up) take two parallel regions instead of eight.
 // Where one group holds all the rows and the products' tiles can carry the
-// terms (gemm.FusesTerm: decode's batches of 4 to 96 rows), the x·Aᵀ run
+// terms (gemm.FusesTerm: decode's batches of up to 96 rows), the x·Aᵀ run
 // first, on the caller while the other cores start on the base products,
 // and each u·Bᵀ rides on its base product's tiles instead.
 // u: scratch of at least len(ps)·T·maxRank.
