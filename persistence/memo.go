@@ -16,17 +16,41 @@ import (
 //
 // Every read checks the stored bytes, so a memo is never wrong, only
 // missed: a write that failed, or another writer, leaves bytes the memo does
-// not hold. The zero Memo holds nothing.
+// not hold. A record that has moved into the store file is checked there
+// once per version of the file (see Get). The zero Memo holds nothing.
 type Memo[T any] struct {
 	raw []byte
 	val T
+	// file is 1 + the store-file version raw was last found in, when no
+	// layer over the file held the key; 0 when raw came from a layer or a
+	// write.
+	file int
 }
 
 // Get reads the record at key through m and reports whether it exists. The
 // value shares its slices, maps and pointers with the memo: change its
 // fields by assignment only, never what they point to.
+//
+// A key that no layer holds reads the file, whose bytes change only when a
+// checkpoint commits a new version. When the memo last found the key in the
+// same version, those are its bytes, and the file is not searched again:
+// grains re-read records that checkpoints moved there (a run's session, an
+// operation queued before the last checkpoint) in every write, and those
+// lookups were two thirds of the store-file searches inside the commit loop
+// at 64 clients.
 func (m *Memo[T]) Get(tx *Tx, b Bucket, key []byte) (T, bool, error) {
-	raw := tx.raw(b, key)
+	e, layered := tx.layered(b, key)
+	version := tx.fileVersion() + 1
+	var raw []byte
+	switch {
+	case layered && !e.del:
+		raw = e.val
+	case layered:
+	case m.raw != nil && m.file == version:
+		return m.val, true, nil
+	default:
+		raw = tx.fromFile(b, key)
+	}
 	if raw == nil {
 		var zero T
 		return zero, false, nil
@@ -38,6 +62,10 @@ func (m *Memo[T]) Get(tx *Tx, b Bucket, key []byte) (T, bool, error) {
 		}
 		m.raw, m.val = bytes.Clone(raw), v
 	}
+	m.file = 0
+	if !layered {
+		m.file = version
+	}
 	return m.val, true, nil
 }
 
@@ -47,6 +75,6 @@ func (m *Memo[T]) Put(tx *Tx, b Bucket, key []byte, v T) error {
 	if err != nil {
 		return err
 	}
-	m.raw, m.val = raw, v
+	m.raw, m.val, m.file = raw, v, 0
 	return nil
 }

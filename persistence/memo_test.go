@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -67,5 +68,107 @@ func TestMemo(t *testing.T) {
 	}
 	if v, _ := get(); v != (memoRec{N: 2}) {
 		t.Fatalf("after a failed write: got %+v, want the stored 2", v)
+	}
+}
+
+// A memo that found a record in the store file does not search the same
+// version of the file again; once a checkpoint writes a new version, it
+// does.
+func TestMemoFileVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wts.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("k")
+	put := func(n int) {
+		t.Helper()
+		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, key, memoRec{N: n}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := func() { // Close moves every layer into the file
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = Open(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var m Memo[memoRec]
+	get := func() memoRec {
+		t.Helper()
+		var v memoRec
+		if err := s.View(func(tx *Tx) (err error) { v, _, err = m.Get(tx, Metrics, key); return }); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	put(1)
+	checkpoint()
+	if v := get(); v != (memoRec{N: 1}) {
+		t.Fatalf("from the file: %+v", v)
+	}
+	// Bytes the file does not hold, and a value no decoding gives: served
+	// as they are, the file was not searched.
+	m.raw, m.val.Local = []byte{0xc0}, "memo"
+	if v := get(); v != (memoRec{1, "memo"}) {
+		t.Fatalf("the same version of the file: %+v, want the memo's", v)
+	}
+	put(2)
+	checkpoint()
+	if v := get(); v != (memoRec{N: 2}) {
+		t.Fatalf("a new version of the file: %+v, want the stored 2", v)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkMemoFile reads a record that a checkpoint moved into the store
+// file through its memo, as a grain re-reads its run's session in every
+// write.
+func BenchmarkMemoFile(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "wts.db")
+	s, err := Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A file of some depth: the records of 64 runs' 500 operations.
+	for run := range 64 {
+		err := s.Update(func(tx *Tx) error {
+			for seq := range int64(500) {
+				if err := tx.Put(Ops, SeqKey(fmt.Sprintf("wtr_%032d", run), seq), memoRec{N: int(seq)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil { // Close moves every layer into the file
+		b.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	key := SeqKey(fmt.Sprintf("wtr_%032d", 31), 250)
+	var m Memo[memoRec]
+	b.ResetTimer()
+	for b.Loop() {
+		err := s.View(func(tx *Tx) error {
+			_, ok, err := m.Get(tx, Ops, key)
+			if !ok {
+				return fmt.Errorf("no record")
+			}
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -574,6 +574,18 @@ func (t *Tx) levels() []*layer {
 
 // raw returns the stored bytes at key (valid until the tx ends).
 func (t *Tx) raw(b Bucket, key []byte) []byte {
+	e, ok := t.layered(b, key)
+	if !ok {
+		return t.fromFile(b, key)
+	}
+	if e.del {
+		return nil
+	}
+	return e.val
+}
+
+// layered returns key's newest entry in the tx's layers, if one has it.
+func (t *Tx) layered(b Bucket, key []byte) (entry, bool) {
 	found := func(l *layer) (entry, bool) {
 		if l == nil {
 			return entry{}, false
@@ -587,14 +599,16 @@ func (t *Tx) raw(b Bucket, key []byte) []byte {
 	for i := len(t.layers) - 1; i >= 0 && !ok; i-- {
 		e, ok = found(t.layers[i])
 	}
-	if !ok {
-		return t.btx.Bucket([]byte(b)).Get(key)
-	}
-	if e.del {
-		return nil
-	}
-	return e.val
+	return e, ok
 }
+
+// fromFile returns key's bytes in the tx's store-file snapshot.
+func (t *Tx) fromFile(b Bucket, key []byte) []byte { return t.btx.Bucket([]byte(b)).Get(key) }
+
+// fileVersion names the tx's store-file snapshot: bbolt's transaction id,
+// which only a checkpoint's commit moves on. Two snapshots of one version
+// hold the same bytes at every key.
+func (t *Tx) fileVersion() int { return t.btx.ID() }
 
 // Get decodes the record at key into v and reports whether it exists.
 func (t *Tx) Get(b Bucket, key []byte, v any) (bool, error) {

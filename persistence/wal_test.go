@@ -71,9 +71,10 @@ func scanStore(tx *Tx, b Bucket, prefix, from string, limit int) ([]string, erro
 	return out, err
 }
 
-// checkModel reads every key and a few scans through View and compares
-// them with the model.
-func checkModel(t *testing.T, s *Store, m model, r *rand.Rand, when string) {
+// checkModel reads every key (directly and through memos, which live from
+// one call to the next and across reopens) and a few scans through View
+// and compares them with the model.
+func checkModel(t *testing.T, s *Store, m model, memos map[string]*Memo[int64], r *rand.Rand, when string) {
 	t.Helper()
 	err := s.View(func(tx *Tx) error {
 		for _, b := range []Bucket{Ops, Metrics} {
@@ -87,6 +88,17 @@ func checkModel(t *testing.T, s *Store, m model, r *rand.Rand, when string) {
 				want, wok := m[b][k]
 				if ok != wok || v != want {
 					t.Fatalf("%s: %s/%s = %v %d, want %v %d", when, b, k, ok, v, wok, want)
+				}
+				memo := memos[string(b)+k]
+				if memo == nil {
+					memo = new(Memo[int64])
+					memos[string(b)+k] = memo
+				}
+				if v, ok, err = memo.Get(tx, b, []byte(k)); err != nil {
+					return err
+				}
+				if ok != wok || v != want {
+					t.Fatalf("%s: %s/%s through its memo = %v %d, want %v %d", when, b, k, ok, v, wok, want)
 				}
 			}
 			for range 6 {
@@ -115,13 +127,15 @@ func checkModel(t *testing.T, s *Store, m model, r *rand.Rand, when string) {
 // Random writes in random groups, with checkpoints every few dozen entries,
 // refused writers, clean closes and crashes: every read and scan agrees with
 // a plain map of the acknowledged writes, inside writers (which see their
-// own and their group's earlier writes), in View, and after each reopen.
+// own and their group's earlier writes), in View (also through memos that
+// outlive checkpoints and reopens), and after each reopen.
 func TestStoreMatchesModel(t *testing.T) {
 	defer func(n int) { checkpointEntries = n }(checkpointEntries)
 	checkpointEntries = 37
 	path := filepath.Join(t.TempDir(), "wts.db")
 	r := rand.New(rand.NewPCG(11, 0))
 	m := model{}
+	memos := map[string]*Memo[int64]{}
 	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +204,7 @@ func TestStoreMatchesModel(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		checkModel(t, s, m, r, fmt.Sprintf("round %d", round))
+		checkModel(t, s, m, memos, r, fmt.Sprintf("round %d", round))
 		switch r.IntN(5) {
 		case 0:
 			crash(t, s)
@@ -204,7 +218,7 @@ func TestStoreMatchesModel(t *testing.T) {
 		if s, err = Open(path); err != nil {
 			t.Fatal(err)
 		}
-		checkModel(t, s, m, r, fmt.Sprintf("round %d, reopened", round))
+		checkModel(t, s, m, memos, r, fmt.Sprintf("round %d, reopened", round))
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
