@@ -509,8 +509,9 @@ func (s *Store) startCheckpoint() {
 	ch := make(chan ckptResult, 1)
 	s.ckpt = ch
 	go func() {
-		pages, err := s.checkpoint(g, ls)
-		ch <- ckptResult{pages, err}
+		var r ckptResult
+		withSpareProc(func() { r.pages, r.err = s.checkpoint(g, ls) })
+		ch <- r
 	}()
 }
 
