@@ -146,6 +146,11 @@ func Open(path string) (*Store, error) {
 		Timeout:        2 * time.Second, // another process holds the file: fail, do not hang
 		NoFreelistSync: true,            // the freelist is rebuilt on open; fewer pages per fsync
 		FreelistType:   bolt.FreelistMapType,
+		// Statistics take a lock of their own twice in every transaction,
+		// and the store's readers begin one for every group commit and
+		// most submissions; a checkpoint counts its pages from its own
+		// transaction instead.
+		NoStatistics: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -405,13 +410,6 @@ func (s *Store) gather(batch []*write, gap time.Duration, deadline time.Time, t 
 	return batch
 }
 
-// pagesWritten is the count of pages the store file's transactions have
-// written; only a checkpoint writes.
-func (s *Store) pagesWritten() int64 {
-	st := s.db.Stats()
-	return st.TxStats.GetWrite()
-}
-
 // commit runs a group's functions, logs their writes in one record and
 // publishes them. A function that fails gets its error at once and leaves
 // nothing behind.
@@ -530,8 +528,9 @@ func (s *Store) finished(r ckptResult) {
 // g's log file; after it, the file already holds g and the log's copy is
 // skipped.
 func (s *Store) checkpoint(g uint64, ls []*layer) (int, error) {
-	before := s.pagesWritten()
+	var written *bolt.Tx
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		written = tx
 		for _, l := range ls {
 			if err := l.apply(tx); err != nil {
 				return err
@@ -551,7 +550,8 @@ func (s *Store) checkpoint(g uint64, ls []*layer) (int, error) {
 	}
 	s.layers.Store(&keep)
 	s.lmu.Unlock()
-	return int(s.pagesWritten() - before), nil
+	st := written.Stats() // kept by a committed transaction
+	return int(st.GetWrite()), nil
 }
 
 // Tx is one transaction: msgpack records by bucket and key, read from the

@@ -192,3 +192,29 @@ func BenchmarkUpdate(b *testing.B) {
 		})
 	}
 }
+
+// The pages a checkpoint writes into the store file are reported with a
+// group commit after it.
+func TestCheckpointPagesReported(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var most atomic.Int64
+	s.OnCommit(func(_, p int, _ time.Duration) {
+		if int64(p) > most.Load() { // only the commit loop calls this
+			most.Store(int64(p))
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; most.Load() <= 1; i++ { // one log page a commit; an idle store checkpoints
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit reported a checkpoint's pages (at most %d pages)", most.Load())
+		}
+		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, []byte(fmt.Sprint("k", i)), i) }); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(checkpointIdle)
+	}
+}
