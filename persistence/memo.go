@@ -35,9 +35,9 @@ type Memo[T any] struct {
 // checkpoint commits a new version. When the memo last found the key in the
 // same version, those are its bytes, and the file is not searched again:
 // grains re-read records that checkpoints moved there (a run's session, an
-// operation queued before the last checkpoint) in every write, and those
-// lookups were two thirds of the store-file searches inside the commit loop
-// at 64 clients.
+// operation queued before the last checkpoint) in every write: at 64
+// clients the run's session alone was 23,000 of the 75,000 store-file
+// searches of 30,000 submissions.
 func (m *Memo[T]) Get(tx *Tx, b Bucket, key []byte) (T, bool, error) {
 	e, layered := tx.layered(b, key)
 	version := tx.fileVersion() + 1
