@@ -501,9 +501,10 @@ func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 				// The next panel this worker reads: this one in the next
 				// k block, or the next one in the first.
 				next := after
-				if bi < last {
+				switch {
+				case bi < last:
 					next = pl.blockData(q, bi+1)
-				} else if q+1 < hi {
+				case q+1 < hi:
 					next = pl.blockData(q+1, 0)
 				}
 				pl.tileBlock(q, bi, next, false)
@@ -516,11 +517,14 @@ func (pl *rowsPlan) tilePanels(lo, hi int, after *float32) {
 	// before it waits for its U at the gate.
 	for q := lo; q < hi; q++ {
 		for bi := 0; bi < last; bi++ {
-			next := pl.blockData(lo, last)
-			if bi+1 < last {
+			var next *float32
+			switch {
+			case bi+1 < last:
 				next = pl.blockData(q, bi+1)
-			} else if q+1 < hi {
+			case q+1 < hi:
 				next = pl.blockData(q+1, 0)
+			default: // the first panel of the pass with the term
+				next = pl.blockData(lo, last)
 			}
 			pl.tileBlock(q, bi, next, false)
 		}
