@@ -12,6 +12,22 @@ import (
 	"github.com/wts-project/wts/kernels/rng"
 )
 
+// kernelSet is one set of tile kernels (see kernelSets).
+type kernelSet struct {
+	name string
+	use  func()
+}
+
+// forEachKernelSet runs fn as a subtest under each tile kernel set the
+// machine has, so that one with AVX-512 proves the AVX2 tiles too.
+func forEachKernelSet(t *testing.T, fn func(t *testing.T)) {
+	defer restoreKernels()
+	for _, s := range kernelSets() {
+		s.use()
+		t.Run(s.name, fn)
+	}
+}
+
 func randSlice(r *rng.Source, n int) []float32 {
 	s := make([]float32, n)
 	for i := range s {
@@ -69,7 +85,9 @@ func checkAgainstRef(t *testing.T, r *rng.Source, ta, tb bool, m, n, k int, alph
 	}
 }
 
-func TestSgemmMatchesRef(t *testing.T) {
+func TestSgemmMatchesRef(t *testing.T) { forEachKernelSet(t, testSgemmMatchesRef) }
+
+func testSgemmMatchesRef(t *testing.T) {
 	r := rng.New(3)
 	shapes := [][3]int{{1, 1, 1}, {1, 37, 19}, {3, 5, 300}, {6, 16, 4}, {7, 17, 5}, {13, 33, 257}, {96, 64, 256},
 		{100, 50, 600}, {2, 300, 64}, {16, 300, 70}, {9, 200, 513}, {31, 1000, 40}, {3, 9, 17}, {1, 64, 300}, {5, 30, 7}, {512, 16, 512}, {100, 24, 700}, {13, 32, 5}, {37, 7, 300}, {8, 16, 0}, {31, 3100, 9}, {200, 7, 130},
@@ -89,7 +107,9 @@ func TestSgemmMatchesRef(t *testing.T) {
 
 // The assembly kernels are compared with their portable twins directly, so a
 // machine without AVX2 still proves the Go versions and one with it proves both.
-func TestKernelsMatchPortable(t *testing.T) {
+func TestKernelsMatchPortable(t *testing.T) { forEachKernelSet(t, testKernelsMatchPortable) }
+
+func testKernelsMatchPortable(t *testing.T) {
 	r := rng.New(5)
 	for _, k := range []int{1, 3, 4, 5, 17, 256} {
 		// A packed (rs 1, cs mr), rows in place (rs lda, cs 1) and columns
@@ -284,23 +304,26 @@ func BenchmarkGemvCold(b *testing.B) {
 	}
 }
 
-// BenchmarkKernel is the micro-kernel alone on cache-resident panels, one
-// copy per core (-cpu 1,2): the ceiling the packed GEMM can approach.
-// BenchmarkKernel runs each tile kernel on data in L1, one per core: its
-// rate per row is what choosing tile heights weighs.
+// BenchmarkKernel runs each tile kernel of each set on data in L1, one per
+// core (-cpu 1,2): the ceiling the packed GEMM can approach, and the rate
+// per row that choosing tile heights weighs.
 func BenchmarkKernel(b *testing.B) {
 	const k = 256
-	for _, rows := range []int{4, 5, mr} {
-		b.Run(fmt.Sprintf("rows%d", rows), func(b *testing.B) {
-			b.RunParallel(func(pb *testing.PB) {
-				r := rng.New(1)
-				a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
-				for pb.Next() {
-					tile(rows, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false, nil)
-				}
+	defer restoreKernels()
+	for _, set := range kernelSets() {
+		set.use()
+		for _, rows := range []int{4, 5, mr} {
+			b.Run(fmt.Sprintf("%s/rows%d", set.name, rows), func(b *testing.B) {
+				b.RunParallel(func(pb *testing.PB) {
+					r := rng.New(1)
+					a, bp, c := randSlice(r, k*mr), randSlice(r, k*nr), make([]float32, mr*nr)
+					for pb.Next() {
+						tile(rows, k, a, 1, mr, bp, c, nr, &bp[0], 0, 64, false, nil)
+					}
+				})
+				b.ReportMetric(2*float64(rows*nr*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
-			b.ReportMetric(2*float64(rows*nr*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+		}
 	}
 }
 
@@ -357,7 +380,9 @@ func BenchmarkStream(b *testing.B) {
 }
 
 // A prepacked weight gives what Sgemm gives with the same weight transposed.
-func TestPackedMatchesRef(t *testing.T) {
+func TestPackedMatchesRef(t *testing.T) { forEachKernelSet(t, testPackedMatchesRef) }
+
+func testPackedMatchesRef(t *testing.T) {
 	r := rng.New(8)
 	// Row counts cover the one-row kernels (m < 4), the few-rows path with
 	// whole tiles read in place (4, 10, 16, 96) and a packed tail (5, 7,
@@ -441,7 +466,9 @@ func TestHugeFloats(t *testing.T) {
 // four, alpha and beta other than 1 and 0, and a set with a prompt's rows
 // (run one by one); also with several callers running their sets at once
 // on the shared workers, as the training and sampling executors do.
-func TestMulAllMatchesRef(t *testing.T) {
+func TestMulAllMatchesRef(t *testing.T) { forEachKernelSet(t, testMulAllMatchesRef) }
+
+func testMulAllMatchesRef(t *testing.T) {
 	r := rng.New(9)
 	sets := [][][3]int{ // per product: m, n, k (one k per set: they read one input)
 		{{1, 512, 300}, {1, 256, 300}, {1, 16, 300}, {1, 17, 300}},
@@ -535,7 +562,9 @@ func serialThenShared(t *testing.T, n, rounds int, run func(int) error) {
 // after the region, the prompt path) matches Ref, also from four callers at
 // once on the shared workers, where a term read before its pre was done
 // would show.
-func TestMulAllAfterMatchesRef(t *testing.T) {
+func TestMulAllAfterMatchesRef(t *testing.T) { forEachKernelSet(t, testMulAllAfterMatchesRef) }
+
+func testMulAllAfterMatchesRef(t *testing.T) {
 	r := rng.New(13)
 	type lora struct {
 		pre, p     Product

@@ -7,6 +7,14 @@ import "golang.org/x/sys/cpu"
 // useAVX is fixed at start-up: the assembly needs AVX2 and FMA (Haswell on).
 var useAVX = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
+// useAVX512 picks the AVX-512 tile kernels, where the CPU and the OS have
+// them: twice the multiply-adds a cycle on cores with two 512-bit FMA units,
+// which batched decode, prefill and training are bound by. An operator whose
+// cores slow down under AVX-512 (some older Xeons) turns them off with
+// GODEBUG=cpu.avx512f=off (docs/operations.md). Tests switch it to prove
+// both kernel sets on one machine.
+var useAVX512 = useAVX && cpu.X86.HasAVX512F
+
 //go:noescape
 func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 
@@ -15,6 +23,15 @@ func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *fl
 
 //go:noescape
 func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile6x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile5x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile4x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 
 // tile adds A·B into the rows×16 tile at c (set: writes it over c), rows 4 to 6 (mr), with A's
 // element (i, p) at a[i·rs + p·cs]: a packed panel (rs 1, cs mr), rows of a
@@ -39,10 +56,16 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 		_ = sec.b[sec.k*nr-1]
 		a2, rs2, cs2, b2, k2 = &sec.a[0], sec.rs, sec.cs, &sec.b[0], sec.k
 	}
-	switch rows {
-	case 4:
+	switch {
+	case useAVX512 && rows == 4:
+		tile4x16Z(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
+	case useAVX512 && rows == 5:
+		tile5x16Z(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
+	case useAVX512:
+		tile6x16Z(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
+	case rows == 4:
 		tile4x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
-	case 5:
+	case rows == 5:
 		tile5x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
 	default:
 		tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)

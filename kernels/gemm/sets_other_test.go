@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package gemm
+
+func kernelSets() []kernelSet { return []kernelSet{{"portable", func() {}}} }
+
+func restoreKernels() {}
