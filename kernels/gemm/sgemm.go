@@ -329,7 +329,12 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 	}
 	tiles := (mb + mr - 1) / mr
 	even, longer := mb/tiles, mb%tiles // in place: the first longer tiles have even+1 rows, the rest even
-	pstep := max(4, 64*mr/mb)          // bytes of next a k step: a 64-byte row of it over all the tiles
+	// Bytes of next a k step: a 64-byte row of it over all the tiles. More
+	// (64·mr/mb was: 96 bytes a k step for 8 rows cut 4+4) runs past the
+	// next panel, and the extra misses take the line fill buffers that the
+	// next panel's lines need (a few-row product reads its weights at what
+	// those buffers allow).
+	pstep := max(4, (64+tiles-1)/tiles)
 	for t, ir, mw := 0, 0, 0; ir < mb; t, ir = t+1, ir+mw {
 		mw = min(mr, mb-ir)
 		if ab.rs != 0 {
