@@ -6,9 +6,13 @@ libblas; install libopenblas0-pthread so that is OpenBLAS) on the shapes of
     python3 bench/blas_gemm.py
 """
 import json
+import os
+import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402,F401 (before torch: OpenBLAS picks its kernels when it loads)
+import torch  # noqa: E402
 
 SHAPES = [(512, 512, 512), (512, 1280, 512), (512, 1024, 1024), (512, 3072, 1024), (512, 1024, 3072), (1024, 1024, 1024)]
 

@@ -18,7 +18,9 @@ import statistics
 import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openblas_core  # noqa: E402,F401 (before torch: OpenBLAS picks its kernels when it loads)
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "golden"))
 import gen_golden as ref  # noqa: E402
