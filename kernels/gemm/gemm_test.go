@@ -330,7 +330,10 @@ func BenchmarkKernel(b *testing.B) {
 // BenchmarkModelReplay is a decode step's products on the small preset's
 // shapes (8 layers of q, k, v, o, gate, up, down, then the LM head), packed
 // into one slab as the model holds them and read cold: m rows, one per
-// sequence. Read it beside BenchmarkStream in the same run.
+// sequence. Read it beside BenchmarkStream in the same run. hot16 is 16
+// rows against one of those weights (512×512, 1 MB) again and again, so that
+// it stays in L2: m16 over hot16 is what streaming the weights costs the
+// tiles, the rest of their distance from BenchmarkKernel is theirs.
 func BenchmarkModelReplay(b *testing.B) {
 	r := rng.New(1)
 	var ws []*Packed
@@ -361,6 +364,14 @@ func BenchmarkModelReplay(b *testing.B) {
 			b.ReportMetric(2*float64(m*floats)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
+	b.Run("hot16", func(b *testing.B) {
+		w := ws[0]
+		x, c := randSlice(r, 16*w.K), make([]float32, 16*w.N)
+		for i := 0; i < b.N; i++ {
+			w.Mul(false, 16, 1, x, w.K, 0, c, w.N)
+		}
+		b.ReportMetric(2*float64(16*w.N*w.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 }
 
 // BenchmarkStream reads 256 MB in one parallel region through the
