@@ -72,6 +72,22 @@
 	PREFETCHT0 32(R9) \
 	ADDQ R8, R9
 
+// Touch the n rows of a tile's C, so that their lines arrive while the k
+// loop runs.
+#define TOUCH4 \
+	PREFETCHROW \
+	PREFETCHROW \
+	PREFETCHROW \
+	PREFETCHROW
+
+#define TOUCH5 \
+	TOUCH4 \
+	PREFETCHROW
+
+#define TOUCH6 \
+	TOUCH5 \
+	PREFETCHROW
+
 #define STORE(lo, hi) \
 	VADDPS (DX), lo, lo \
 	VMOVUPS lo, (DX) \
@@ -182,13 +198,7 @@ second: \
 // func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 TEXT ·tile6x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
-	// Touch the C tile now so its lines arrive while the k loop runs.
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
+	TOUCH6
 	ZERO12
 	TILE_LOOP(STEP, STEP)
 
@@ -221,11 +231,7 @@ set6:
 // to hide the FMA's latency (that tile cost 1.23× the 6-row one per row).
 TEXT ·tile5x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
+	TOUCH5
 	ZERO10
 	TILE_LOOP(STEP5, STEP5)
 
@@ -256,10 +262,7 @@ set5:
 // a padded 6x16 tile, and it writes C directly.
 TEXT ·tile4x16AVX(SB), NOSPLIT, $0-128
 	TILE_ARGS
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
+	TOUCH4
 	ZERO8
 	TILE_LOOP(STEP4, STEP4)
 
@@ -352,20 +355,20 @@ set4:
 	ZROW(Z2, Z8) \
 	ZROW(Z3, Z9)
 
+// An AVX-512 tile kernel up to its last rows' stores: TOUCH the C tile,
+// clear the sums (ZERO), run the k loop with steps S and T, and store the
+// top four rows.
+#define ZTILE(TOUCH, ZERO, S, T) \
+	TILE_ARGS \
+	TOUCH \
+	ZERO \
+	TILE_LOOP(S, T) \
+store: \
+	ZSTORE4
+
 // func tile6x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 TEXT ·tile6x16Z(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	ZZERO6
-	TILE_LOOP(Z6S, Z6T)
-
-store:
-	ZSTORE4
+	ZTILE(TOUCH6, ZZERO6, Z6S, Z6T)
 	ZROW(Z4, Z10)
 	ZROW(Z5, Z11)
 	VZEROUPPER
@@ -373,33 +376,14 @@ store:
 
 // func tile5x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 TEXT ·tile5x16Z(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	ZZERO5
-	TILE_LOOP(Z5S, Z5T)
-
-store:
-	ZSTORE4
+	ZTILE(TOUCH5, ZZERO5, Z5S, Z5T)
 	ZROW(Z4, Z10)
 	VZEROUPPER
 	RET
 
 // func tile4x16Z(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 TEXT ·tile4x16Z(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	PREFETCHROW
-	ZZERO4
-	TILE_LOOP(Z4S, Z4T)
-
-store:
-	ZSTORE4
+	ZTILE(TOUCH4, ZZERO4, Z4S, Z4T)
 	VZEROUPPER
 	RET
 
