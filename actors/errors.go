@@ -3,6 +3,8 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 )
 
 // Error is a refusal with a public error code (see docs/errors.md; the HTTP
@@ -69,3 +71,19 @@ const (
 	CodeRunNotTerminal         = "run_not_terminal"
 	CodeCheckpointIncompatible = "checkpoint_incompatible"
 )
+
+// errPanic is a job or a handler that panicked: a bug of the service, which
+// fails that one operation (internal_error) and leaves the node serving.
+var errPanic = errors.New("panic")
+
+// guard runs fn and turns a panic in it into an error wrapping errPanic,
+// logged with its stack: no input may take the node down.
+func guard(log *slog.Logger, what string, fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("recovered from a panic", "in", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w in %s: %v", errPanic, what, v)
+		}
+	}()
+	return fn()
+}

@@ -210,6 +210,8 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 		switch {
 		case err != nil:
 			e.report(f.job, failure(context.Background(), err), f.start)
+		case f.stream.Err() != nil:
+			e.report(f.job, failure(context.Background(), f.stream.Err()), f.start)
 		case f.stream.Done():
 			res := f.stream.Result()
 			tokens := int64(len(f.req.Prompt)) // the prompt is metered with the generated tokens

@@ -12,7 +12,7 @@ var (
 	ErrEmptyInput   = errors.New("empty input")
 	ErrLossInputs   = errors.New("bad loss inputs")
 	ErrUnknownLoss  = errors.New("unknown loss")
-	ErrNonFinite    = errors.New("loss or gradient is not finite")
+	ErrNonFinite    = errors.New("values are not finite")
 	ErrOptimParams  = errors.New("bad optimizer parameters")
 	ErrSampleParams = errors.New("bad sampling parameters")
 	ErrBadModel     = errors.New("bad model folder")

@@ -87,7 +87,8 @@ type Metrics struct {
 	Step     int // the step number just taken, from 1
 }
 
-// ErrNonFinite means the gradient held NaN or Inf; nothing was changed.
+// ErrNonFinite means the gradient held NaN or Inf, or the step would have
+// made a parameter or a moment so; nothing was changed.
 var ErrNonFinite = kerr.ErrNonFinite
 
 // Update applies one AdamW update to params from grads (same shapes, same
@@ -120,21 +121,47 @@ func (s *State) Update(params, grads [][]float32, p Params) (Metrics, error) {
 			clip, m.Clipped = c, true
 		}
 	}
-	s.Step++
-	bc1 := 1 - math.Pow(p.Beta1, float64(s.Step))
-	bc2sqrt := math.Sqrt(1 - math.Pow(p.Beta2, float64(s.Step)))
-	stepSize := p.LR / bc1
-	decay := 1 - p.LR*p.WeightDecay
+	step := s.Step + 1
+	bc1 := 1 - math.Pow(p.Beta1, float64(step))
+	u := update{
+		p: &p, clip: clip, bc2sqrt: math.Sqrt(1 - math.Pow(p.Beta2, float64(step))),
+		stepSize: p.LR / bc1, decay: 1 - p.LR*p.WeightDecay,
+	}
+	// A first pass computes every new value without storing it: a step
+	// whose result is not finite (a huge learning rate on a finite
+	// gradient) is refused and changes nothing, as the contract above says.
 	for i, w := range params {
 		g, mo, ve := grads[i], s.M[i], s.V[i]
 		for j := range w {
-			gj := float64(g[j]) * clip
-			mj := p.Beta1*float64(mo[j]) + (1-p.Beta1)*gj
-			vj := p.Beta2*float64(ve[j]) + (1-p.Beta2)*gj*gj
-			mo[j], ve[j] = float32(mj), float32(vj)
-			denom := math.Sqrt(float64(ve[j]))/bc2sqrt + p.Eps
-			w[j] = float32(float64(w[j])*decay - stepSize*float64(mo[j])/denom)
+			if m, v, nw := u.at(w[j], g[j], mo[j], ve[j]); !finite(m) || !finite(v) || !finite(nw) {
+				return Metrics{GradNorm: norm, LR: p.LR}, fmt.Errorf("%w: the step would make parameter %d of tensor %d %v (learning_rate %g)", ErrNonFinite, j, i, nw, p.LR)
+			}
+		}
+	}
+	s.Step = step
+	for i, w := range params {
+		g, mo, ve := grads[i], s.M[i], s.V[i]
+		for j := range w {
+			mo[j], ve[j], w[j] = u.at(w[j], g[j], mo[j], ve[j])
 		}
 	}
 	return m, nil
 }
+
+// update is one AdamW step's constants.
+type update struct {
+	p                              *Params
+	clip, bc2sqrt, stepSize, decay float64
+}
+
+// at is one parameter's step: its new first and second moments and value
+// from its value w, gradient g and moments mo, ve.
+func (u *update) at(w, g, mo, ve float32) (float32, float32, float32) {
+	gj := float64(g) * u.clip
+	m := float32(u.p.Beta1*float64(mo) + (1-u.p.Beta1)*gj)
+	v := float32(u.p.Beta2*float64(ve) + (1-u.p.Beta2)*gj*gj)
+	denom := math.Sqrt(float64(v))/u.bc2sqrt + u.p.Eps
+	return m, v, float32(float64(w)*u.decay - u.stepSize*float64(m)/denom)
+}
+
+func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }

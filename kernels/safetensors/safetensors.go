@@ -12,6 +12,8 @@ import (
 	"math"
 	"os"
 	"sort"
+
+	"github.com/wts-project/wts/kernels/kerr"
 )
 
 // maxHeader bounds the JSON header so that a corrupt length cannot make us
@@ -179,6 +181,13 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 		}
 		if n != len(t.Data) || t.DType.Size() == 0 {
 			return fmt.Errorf("safetensors: tensor %q: shape %v / dtype %q do not fit %d values", t.Name, t.Shape, t.DType, len(t.Data))
+		}
+		// Nothing the service writes (weights, checkpoints, exports) may
+		// carry a NaN or an infinity: whoever loads it would compute garbage.
+		for i, v := range t.Data {
+			if v != v || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("%w: tensor %q holds %v at %d", kerr.ErrNonFinite, t.Name, v, i)
+			}
 		}
 		size := int64(n * t.DType.Size())
 		hdr[t.Name] = Info{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int64{off, off + size}}

@@ -3,10 +3,13 @@ package safetensors
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/wts-project/wts/kernels/kerr"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -150,4 +153,18 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A tensor holding NaN or an infinity is refused, and no file is left.
+func TestWriteRefusesNonFinite(t *testing.T) {
+	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		path := filepath.Join(t.TempDir(), "w.safetensors")
+		err := Write(path, []Tensor{{Name: "w", DType: F32, Shape: []int{2}, Data: []float32{1, v}}}, nil)
+		if !errors.Is(err, kerr.ErrNonFinite) {
+			t.Fatalf("%v: err %v", v, err)
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("%v: a file was left: %v", v, err)
+		}
+	}
 }

@@ -1,13 +1,40 @@
 package sampler
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"sync"
 
+	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/ops"
 	"github.com/wts-project/wts/kernels/rng"
 )
+
+// minTemperature is vLLM's sampling epsilon: a temperature below it samples
+// greedily. Dividing by a smaller one overflows (1e-320 makes 1/T +Inf, and
+// every probability NaN), and long before that every token but the top one
+// has probability 0 in float32 anyway.
+const minTemperature = 1e-5
+
+// checkRow refuses a logits row that has no distribution: a NaN or +Inf
+// anywhere, or no finite value at all. -Inf entries are tokens of
+// probability 0 and are fine.
+func checkRow(row []float32) error {
+	finite := false
+	for _, v := range row {
+		switch {
+		case v != v || math.IsInf(float64(v), 1):
+			return fmt.Errorf("%w: the model produced a %v logit", kerr.ErrNonFinite, v)
+		case !math.IsInf(float64(v), -1):
+			finite = true
+		}
+	}
+	if !finite {
+		return fmt.Errorf("%w: every logit is -Inf", kerr.ErrNonFinite)
+	}
+	return nil
+}
 
 // candidate is a token still in the running, with its probability under the
 // temperature-scaled distribution (not yet renormalised).
@@ -26,8 +53,16 @@ type candidate struct {
 // likely tokens whose mass reaches top_p). One uniform draw then walks the
 // renormalised survivors, so a seeded stream gives the same token whatever
 // else is being sampled.
-func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
-	if p.Temperature == 0 {
+//
+// Every distribution has a defined outcome: a row without one (checkRow)
+// is an error, a temperature under minTemperature is greedy, and the
+// filters always leave the top token. The token drawn always has a
+// probability above 0, so its logprob is finite.
+func pick(row []float32, p *Params, r *rng.Source) (int, float64, error) {
+	if err := checkRow(row); err != nil {
+		return 0, 0, err
+	}
+	if p.Temperature < minTemperature {
 		lse := ops.LogSumExp(row)
 		best := 0
 		for i, v := range row {
@@ -35,7 +70,7 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 				best = i
 			}
 		}
-		return best, float64(row[best]) - lse
+		return best, float64(row[best]) - lse, nil
 	}
 	eb := expScratch.Get().(*[]float32)
 	defer expScratch.Put(eb)
@@ -50,26 +85,31 @@ func pick(row []float32, p *Params, r *rng.Source) (int, float64) {
 	}
 	// No filter: one uniform walks the probabilities by token id, as the
 	// filtered path walks its survivors, so a seed draws the same token.
+	// Rounding can leave u past the last step: the draw is then the last
+	// token of probability above 0.
 	u := r.Float64() * total
-	chosen := len(e) - 1
+	chosen := -1
 	for i, v := range e {
+		if v <= 0 {
+			continue
+		}
+		chosen = i
 		if u < float64(v) {
-			chosen = i
 			break
 		}
 		u -= float64(v)
 	}
 	lse := mx + math.Log(total) // the sum ops.LogSumExp takes, at temperature 1
-	if p.Temperature != 1 || math.IsInf(mx, 0) || math.IsNaN(mx) {
+	if p.Temperature != 1 {
 		lse = ops.LogSumExp(row)
 	}
-	return chosen, float64(row[chosen]) - lse
+	return chosen, float64(row[chosen]) - lse, nil
 }
 
 // pickFiltered is pick under min_p, top_k or top_p: the survivors of
 // distribution, renormalised, walked by one uniform. e holds the tokens'
 // probabilities relative to the top token's.
-func pickFiltered(row, e []float32, p *Params, r *rng.Source) (int, float64) {
+func pickFiltered(row, e []float32, p *Params, r *rng.Source) (int, float64, error) {
 	lse := ops.LogSumExp(row)
 	buf := scratch.Get().(*[]candidate)
 	defer scratch.Put(buf)
@@ -80,15 +120,18 @@ func pickFiltered(row, e []float32, p *Params, r *rng.Source) (int, float64) {
 		total += c.p
 	}
 	u := r.Float64() * total
-	chosen := cands[len(cands)-1].tok
+	chosen := -1
 	for _, c := range cands {
+		if c.p <= 0 {
+			continue
+		}
+		chosen = c.tok
 		if u < c.p {
-			chosen = c.tok
 			break
 		}
 		u -= c.p
 	}
-	return chosen, float64(row[chosen]) - lse
+	return chosen, float64(row[chosen]) - lse, nil
 }
 
 // expScratch holds the per-token probability buffers of pick (a vocabulary
@@ -108,10 +151,19 @@ var scratch = sync.Pool{New: func() any { return new([]candidate) }}
 // probability).
 func distribution(e []float32, p *Params, buf []candidate) []candidate {
 	cands := buf[:0]
+	top := 0
 	for i, x := range e {
+		if x > e[top] {
+			top = i
+		}
 		if float64(x) >= p.MinP { // min_p: p_i >= min_p · p_max, with p_max = 1 here
 			cands = append(cands, candidate{i, float64(x)})
 		}
+	}
+	if len(cands) == 0 {
+		// The top token's relative probability is 1, which min_p ≤ 1 keeps,
+		// unless the exponential rounded it below: min_p never removes it.
+		cands = append(cands, candidate{top, float64(e[top])})
 	}
 	k := p.TopK
 	needSort := (k > 0 && k < len(cands)) || p.TopP < 1

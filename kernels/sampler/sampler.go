@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/ops"
@@ -97,7 +98,7 @@ func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Req
 			return nil, err
 		}
 	}
-	return s.Result(), nil
+	return s.Result(), s.Err()
 }
 
 // Stream is a sample request in flight: its prompt prefilled, its sequences
@@ -113,6 +114,12 @@ type Stream struct {
 	streams []*rng.Source
 	caches  []*transformer.Cache[float32]
 	active  []int // unfinished samples
+
+	// err is the first draw that failed (a logits row without a
+	// distribution): the stream ends there, and Err reports it. Draws of
+	// one step run on several goroutines.
+	errMu sync.Mutex
+	err   error
 }
 
 // Start prefills a request's prompt (with its prompt logprobs when asked)
@@ -148,19 +155,25 @@ func StartMany(m *transformer.Model[float32], zs []*transformer.Frozen[float32],
 			errs[i] = err
 			continue
 		}
-		streams[i] = begin(m, zs[i], qs[i], roots[k], hidden[k])
+		if streams[i] = begin(m, zs[i], qs[i], roots[k], hidden[k]); streams[i].err != nil {
+			errs[i], streams[i] = streams[i].err, nil
+		}
 	}
 	return streams, errs
 }
 
 // begin makes the stream of a prefilled request: its prompt logprobs when
-// asked, each sample's cache and random stream, and its first tokens.
+// asked, each sample's cache and random stream, and its first tokens. A
+// stream that could not start has err set.
 func begin(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request, root *transformer.Cache[float32], hidden []float32) *Stream {
 	s := &Stream{m: m, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
 	P, D := len(q.Prompt), m.Cfg().Hidden
 	var last []float32
 	if q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0 {
-		s.res.PromptLogprobs, s.res.TopKPromptLogprobs = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
+		s.res.PromptLogprobs, s.res.TopKPromptLogprobs, s.err = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
+		if s.err != nil {
+			return s
+		}
 		if !q.IncludePromptLogprobs {
 			s.res.PromptLogprobs = nil
 		}
@@ -195,7 +208,15 @@ func begin(m *transformer.Model[float32], z *transformer.Frozen[float32], q Requ
 // draw appends sample i's next token from its logits row. Step calls it
 // from several goroutines at once, for distinct samples.
 func (s *Stream) draw(i int, row []float32) {
-	tok, lp := pick(row, s.params, s.streams[i])
+	tok, lp, err := pick(row, s.params, s.streams[i])
+	if err != nil {
+		s.errMu.Lock()
+		if s.err == nil {
+			s.err = fmt.Errorf("sample %d, token %d: %w", i, len(s.res.Sequences[i].Tokens), err)
+		}
+		s.errMu.Unlock()
+		return
+	}
 	seq := &s.res.Sequences[i]
 	seq.Tokens = append(seq.Tokens, tok)
 	seq.Logprobs = append(seq.Logprobs, lp)
@@ -207,9 +228,12 @@ func (s *Stream) draw(i int, row []float32) {
 	}
 }
 
-// prune keeps the samples that have not stopped.
+// prune keeps the samples that have not stopped; a failed stream has none.
 func (s *Stream) prune() {
 	s.active = s.active[:0]
+	if s.err != nil {
+		return
+	}
 	for i := range s.res.Sequences {
 		if s.res.Sequences[i].StopReason == "" {
 			s.active = append(s.active, i)
@@ -220,10 +244,13 @@ func (s *Stream) prune() {
 // Model is the base model the stream decodes on.
 func (s *Stream) Model() *transformer.Model[float32] { return s.m }
 
-// Done reports whether every sample has stopped.
+// Done reports whether every sample has stopped, or the stream failed.
 func (s *Stream) Done() bool { return len(s.active) == 0 }
 
-// Result is the request's output, complete once Done.
+// Err is why the stream failed, once Done; nil when it succeeded.
+func (s *Stream) Err() error { return s.err }
+
+// Result is the request's output, complete once Done without Err.
 func (s *Stream) Result() *Result { return s.res }
 
 // Step decodes one more token for every unfinished sample of every stream
@@ -266,17 +293,26 @@ func Step(streams []*Stream, ar *transformer.Arena[float32]) error {
 
 // promptLogprobs scores every prompt token given its prefix, and optionally
 // lists the top k tokens at each position. It also hands back the logits of
-// the last position, from which the first new token is sampled.
-func promptLogprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob) {
+// the last position, from which the first new token is sampled. A row
+// without a distribution (checkRow) is an error: its logprobs would be NaN.
+func promptLogprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob, error) {
 	P := len(prompt)
 	lps := make([]*float64, P)
 	var top [][]TokenLogprob
 	if k > 0 {
 		top = make([][]TokenLogprob, P)
 	}
+	var mu sync.Mutex
+	var bad error
 	m.Logits(z, hidden, P, nil, func(t int, row []float32) {
 		if t == P-1 {
 			*last = append([]float32(nil), row...)
+			return
+		}
+		if err := checkRow(row); err != nil {
+			mu.Lock()
+			bad = fmt.Errorf("prompt position %d: %w", t, err)
+			mu.Unlock()
 			return
 		}
 		lse := ops.LogSumExp(row)
@@ -286,7 +322,7 @@ func promptLogprobs(m *transformer.Model[float32], z *transformer.Frozen[float32
 			top[t+1] = topK(row, k, lse)
 		}
 	})
-	return lps, top
+	return lps, top, bad
 }
 
 // topK returns the k most likely tokens of a row with their logprobs, most
@@ -329,7 +365,10 @@ func Logprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], inp
 		return nil, err
 	}
 	var last []float32
-	lps, _ := promptLogprobs(m, z, hidden, input, 0, &last)
+	lps, _, err := promptLogprobs(m, z, hidden, input, 0, &last)
+	if err != nil {
+		return nil, err
+	}
 	return lps, nil
 }
 

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"sort"
@@ -85,7 +86,10 @@ func chiSquare(t *testing.T, what string, row []float32, p Params, want []float6
 	counts := make([]float64, len(row))
 	r := rng.New(77)
 	for i := 0; i < n; i++ {
-		tok, _ := pick(row, &p, r)
+		tok, _, err := pick(row, &p, r)
+		if err != nil {
+			t.Fatal(err)
+		}
 		counts[tok]++
 	}
 	var chi float64
@@ -132,7 +136,7 @@ func TestPickMatchesDistribution(t *testing.T) {
 
 func TestGreedy(t *testing.T) {
 	row := []float32{0.1, 2, -1, 2, 0.5}
-	tok, lp := pick(row, &Params{Temperature: 0}, nil)
+	tok, lp, _ := pick(row, &Params{Temperature: 0}, nil)
 	if tok != 1 {
 		t.Fatalf("greedy picked %d", tok)
 	}
@@ -428,4 +432,81 @@ func TestStepMixesAdapters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The rows and parameters that once reached an index of -1: a denormal
+// temperature with min_p (1/T is +Inf, every scaled logit NaN), and rows
+// that hold NaN, +Inf or nothing finite. Each has a defined outcome: a
+// token of probability above 0 with a finite logprob, or ErrNonFinite.
+func TestPickDegenerate(t *testing.T) {
+	row := []float32{0.5, 3, -1, float32(math.Inf(-1)), 2.9}
+	for _, p := range []Params{
+		{Temperature: 1e-320, TopP: 1, TopK: -1, MinP: 0.5},
+		{Temperature: 1e-320, TopP: 0, TopK: 1, MinP: 1},
+		{Temperature: 4e-6, TopP: 1, TopK: -1},
+		{Temperature: 2, TopP: 0, TopK: -1, MinP: 1},
+		{Temperature: 1, TopP: 1, TopK: -1, MinP: 1},
+	} {
+		tok, lp, err := pick(row, &p, rng.New(1))
+		if err != nil || math.IsNaN(lp) || math.IsInf(lp, 0) {
+			t.Fatalf("%+v: token %d logprob %v err %v", p, tok, lp, err)
+		}
+		if p.Temperature < minTemperature && tok != 1 {
+			t.Errorf("%+v: a temperature below %g is greedy, drew %d", p, minTemperature, tok)
+		}
+	}
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, bad := range [][]float32{
+		{0, nan, 1},
+		{0, inf, 1},
+		{float32(math.Inf(-1)), float32(math.Inf(-1))},
+	} {
+		for _, p := range []Params{{Temperature: 0}, {Temperature: 1, TopP: 1, TopK: -1}, {Temperature: 0.5, TopP: 0.9, TopK: 3, MinP: 0.1}} {
+			if _, _, err := pick(bad, &p, rng.New(1)); !errors.Is(err, kerr.ErrNonFinite) {
+				t.Errorf("row %v %+v: err %v, want ErrNonFinite", bad, p, err)
+			}
+		}
+	}
+}
+
+// FuzzPick draws from arbitrary rows under arbitrary parameters inside the
+// API's ranges: it never panics, and a draw that succeeds is a token of the
+// row with a finite logprob, allowed by top_k.
+//
+//	go test ./kernels/sampler -fuzz FuzzPick
+func FuzzPick(f *testing.F) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64}, 1e-320, 1.0, int64(-1), 0.5, uint64(1))
+	f.Add([]byte{0, 0, 192, 127, 0, 0, 0, 64, 1, 2, 3, 4}, 0.7, 0.9, int64(2), 0.0, uint64(2))
+	f.Add([]byte{0, 0, 128, 255, 0, 0, 128, 255}, 1.0, 0.0, int64(0), 1.0, uint64(3))
+	f.Fuzz(func(t *testing.T, raw []byte, temp, topP float64, topK int64, minP float64, seed uint64) {
+		row := make([]float32, len(raw)/4)
+		for i := range row {
+			row[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		p := Params{MaxTokens: 1, Temperature: temp, TopP: topP, TopK: int(max(min(topK, 1<<20), -1)), MinP: minP}
+		if len(row) == 0 || p.Validate(len(row)) != nil {
+			return
+		}
+		tok, lp, err := pick(row, &p, rng.New(seed))
+		if err != nil {
+			if !errors.Is(err, kerr.ErrNonFinite) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if tok < 0 || tok >= len(row) || math.IsNaN(lp) || math.IsInf(lp, 0) || lp > 1e-6 {
+			t.Fatalf("row %v %+v: token %d logprob %v", row, p, tok, lp)
+		}
+		if p.TopK > 0 && p.Temperature >= minTemperature {
+			above := 0 // tokens clearly more likely (float32 ties break by id)
+			for _, v := range row {
+				if (float64(v)-float64(row[tok]))/p.Temperature > 1e-3 {
+					above++
+				}
+			}
+			if above >= p.TopK {
+				t.Fatalf("top_k %d drew token %d with %d tokens above it", p.TopK, tok, above)
+			}
+		}
+	})
 }

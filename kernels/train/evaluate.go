@@ -70,51 +70,88 @@ func Validate(data []Datum, fn *loss.Fn, vocab, maxPos int) error {
 // A cancelled ctx stops it between micro-batches with ctx's error (grads
 // then holds part of the batch: Trainer computes into a scratch buffer).
 func Evaluate[F gemm.Float](ctx context.Context, m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F]) (*Output, error) {
+	e, err := newEval(m, ad, data, fn, grads)
+	if err != nil {
+		return nil, err
+	}
+	for !e.done() {
+		if err := e.next(ctx, ar); err != nil {
+			return nil, err
+		}
+	}
+	return e.output()
+}
+
+// eval is an Evaluate in progress: it runs one micro-batch per next, and
+// between two of them nothing of it is in the arena, so that other work
+// may use the arena in the meantime (Pass).
+type eval[F gemm.Float] struct {
+	m          *transformer.Model[F]
+	ad         *lora.Adapter[F]
+	data       []Datum
+	fn         *loss.Fn
+	grads      *lora.Adapter[F]
+	out        *Output
+	tokLoss    [][]float64 // per token, summed per datum at the end in order
+	lo         int         // the first datum not yet evaluated
+	tokensDone int         // tokens evaluated
+	total      int
+}
+
+func newEval[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, fn *loss.Fn, grads *lora.Adapter[F]) (*eval[F], error) {
 	c := m.Cfg()
 	if err := Validate(data, fn, c.Vocab, c.MaxPos); err != nil {
 		return nil, err
 	}
-	out := &Output{Logprobs: make([][]float64, len(data)), Losses: make([]float64, len(data))}
+	e := &eval[F]{m: m, ad: ad, data: data, fn: fn, grads: grads,
+		out: &Output{Logprobs: make([][]float64, len(data)), Losses: make([]float64, len(data))}, tokLoss: make([][]float64, len(data))}
 	for i := range data {
-		out.Logprobs[i] = make([]float64, len(data[i].ModelInput))
+		e.out.Logprobs[i] = make([]float64, len(data[i].ModelInput))
+		e.tokLoss[i] = make([]float64, len(data[i].ModelInput))
+		e.total += len(data[i].ModelInput)
 	}
-	tokLoss := make([][]float64, len(data)) // per token, summed per datum at the end in order
-	total, done := 0, 0
-	for i := range data {
-		tokLoss[i] = make([]float64, len(data[i].ModelInput))
-		total += len(data[i].ModelInput)
+	return e, nil
+}
+
+func (e *eval[F]) done() bool { return e.lo == len(e.data) }
+
+// next evaluates the next micro-batch: datums from lo while they fit in
+// microTokens (at least one).
+func (e *eval[F]) next(ctx context.Context, ar *transformer.Arena[F]) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	for lo := 0; lo < len(data); {
-		hi, n := lo, 0
-		for hi < len(data) && (hi == lo || n+len(data[hi].ModelInput) <= microTokens) {
-			n += len(data[hi].ModelInput)
-			hi++
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		ar.Reset() // the previous micro-batch's activations are dead
-		if err := evalMicro(m, ad, data, lo, hi, fn, grads, ar, out, tokLoss); err != nil {
-			return nil, err
-		}
-		done += n
-		progress(ctx, done, total)
-		lo = hi
+	hi, n := e.lo, 0
+	for hi < len(e.data) && (hi == e.lo || n+len(e.data[hi].ModelInput) <= microTokens) {
+		n += len(e.data[hi].ModelInput)
+		hi++
 	}
+	ar.Reset() // the previous micro-batch's activations are dead
+	if err := evalMicro(e.m, e.ad, e.data, e.lo, hi, e.fn, e.grads, ar, e.out, e.tokLoss); err != nil {
+		return err
+	}
+	e.tokensDone += n
+	progress(ctx, e.tokensDone, e.total)
+	e.lo = hi
+	return nil
+}
+
+// output sums the losses once every micro-batch is done.
+func (e *eval[F]) output() (*Output, error) {
 	var sum float64
 	var ntok int
-	for i, ls := range tokLoss {
+	for i, ls := range e.tokLoss {
 		for _, v := range ls {
-			out.Losses[i] += v
+			e.out.Losses[i] += v
 		}
-		sum += out.Losses[i]
+		sum += e.out.Losses[i]
 		ntok += len(ls)
 	}
 	if math.IsNaN(sum) || math.IsInf(sum, 0) {
 		return nil, fmt.Errorf("%w: loss:sum is %v", kerr.ErrNonFinite, sum)
 	}
-	out.Metrics = map[string]float64{"loss:sum": sum, "tokens:sum": float64(ntok), "datums:sum": float64(len(data))}
-	return out, nil
+	e.out.Metrics = map[string]float64{"loss:sum": sum, "tokens:sum": float64(ntok), "datums:sum": float64(len(e.data))}
+	return e.out, nil
 }
 
 func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, lo, hi int, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F], out *Output, tokLoss [][]float64) error {

@@ -60,39 +60,84 @@ func (t *Trainer) PendingGradients() int { return t.pending }
 
 // Forward computes losses and logprobs without touching any state.
 func (t *Trainer) Forward(ctx context.Context, data []Datum, lossName string, config map[string]float64) (*Output, error) {
-	fn, err := loss.New(lossName, config)
-	if err != nil {
-		return nil, err
-	}
-	return Evaluate(ctx, t.model, t.adapter, data, fn, nil, t.arena)
+	return t.run(ctx, data, lossName, config, false)
 }
 
 // ForwardBackward computes losses and logprobs and adds the gradient into the
 // accumulator. The gradient is computed apart and checked first: a NaN or Inf
 // anywhere refuses the call and leaves the accumulator as it was.
 func (t *Trainer) ForwardBackward(ctx context.Context, data []Datum, lossName string, config map[string]float64) (*Output, error) {
+	return t.run(ctx, data, lossName, config, true)
+}
+
+func (t *Trainer) run(ctx context.Context, data []Datum, lossName string, config map[string]float64, backward bool) (*Output, error) {
+	p, err := t.Begin(data, lossName, config, backward)
+	if err != nil {
+		return nil, err
+	}
+	for !p.Done() {
+		if err := p.Next(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p.Output()
+}
+
+// Pass is a Forward or ForwardBackward in progress, run one micro-batch
+// (at most microTokens tokens) per Next. Between two calls nothing of it is
+// in the trainer's arena, so a scheduler may run other trainers' passes on
+// the same arena in between: a large batch then shares the device with
+// small ones instead of holding it until it ends.
+type Pass struct {
+	t        *Trainer
+	e        *eval[float32]
+	backward bool
+	g        *lora.Adapter[float32] // the batch's gradient, apart from the accumulator
+}
+
+// Begin checks a batch and starts its pass; nothing is computed yet.
+func (t *Trainer) Begin(data []Datum, lossName string, config map[string]float64, backward bool) (*Pass, error) {
 	fn, err := loss.New(lossName, config)
 	if err != nil {
 		return nil, err
 	}
-	g := t.adapter.ZerosLike()
-	out, err := Evaluate(ctx, t.model, t.adapter, data, fn, g, t.arena)
-	if err != nil {
+	p := &Pass{t: t, backward: backward}
+	if backward {
+		p.g = t.adapter.ZerosLike()
+	}
+	if p.e, err = newEval(t.model, t.adapter, data, fn, p.g); err != nil {
 		return nil, err
 	}
-	gp, acc := g.Params(), t.grads.Params()
+	return p, nil
+}
+
+// Done reports whether every micro-batch has run.
+func (p *Pass) Done() bool { return p.e.done() }
+
+// Next runs the next micro-batch; a cancelled ctx stops it first.
+func (p *Pass) Next(ctx context.Context) error { return p.e.next(ctx, p.t.arena) }
+
+// Output ends a done pass: its losses and logprobs, and for a
+// forward_backward the gradient, checked and added to the accumulator.
+func (p *Pass) Output() (*Output, error) {
+	out, err := p.e.output()
+	if err != nil || !p.backward {
+		return out, err
+	}
+	t := p.t
+	gp, acc := p.g.Params(), t.grads.Params()
 	var sq float64
-	for _, p := range gp {
-		for _, v := range p.Data {
+	for _, q := range gp {
+		for _, v := range q.Data {
 			sq += float64(v) * float64(v)
 		}
 	}
 	if math.IsNaN(sq) || math.IsInf(sq, 0) {
 		return nil, fmt.Errorf("%w: gradient of this batch", kerr.ErrNonFinite)
 	}
-	for i, p := range gp {
+	for i, q := range gp {
 		dst := acc[i].Data
-		for j, v := range p.Data {
+		for j, v := range q.Data {
 			dst[j] += v
 		}
 	}
