@@ -28,6 +28,7 @@ import (
 // run's trainer if it does not hold it at the right state.
 type job struct {
 	RunID       string
+	Tenant      persistence.Tenant // whose turn it is (the executor takes turns between organizations)
 	Epoch       uint64
 	OpID        string
 	SeqID       int64
@@ -48,25 +49,56 @@ type job struct {
 	parsed payload.Parsed // Payload parsed, when the grain had it (see Submission)
 }
 
-// executor runs the engine for every run on this node. Jobs run one at a
-// time on its worker (the engine already uses every core); its mailbox stays
-// free meanwhile, so cancels and releases never wait behind a long job.
+// executor runs the engine for every run on this node, one slice of work
+// at a time on its worker (the engine already uses every core): a slice is
+// one micro-batch of a forward or forward_backward (train.Pass), or a whole
+// other operation, or rebuilding a trainer. Between slices it takes turns
+// between organizations (fairQueue), so a tenant's small forward waits for
+// at most one slice of another's large batch, never for the batch or the
+// backlog behind it. Its mailbox stays free meanwhile, so cancels and
+// releases never wait behind a long job.
+//
+// An operation is pending on disk until its first slice starts: the
+// executor then tells the run (run.exec_started), which marks it executing.
+// So a restart finds executing only what was really on the device.
 type executor struct {
 	sys     *System
-	jobs    *inbox[func()]
 	mu      sync.Mutex
-	cancels map[string]context.CancelFunc // "run/seq" → cancel, from submit until the job ends
-	drained chan struct{}
+	wake    *sync.Cond
+	ready   fairQueue[*task]
+	tasks   map[string]*task // "run/seq" → the task, from submit until it is reported
+	release []string         // runs whose trainer to drop, in the worker
+	// stopping: no task starts any more (those not started stay pending on
+	// disk); the started ones run on until they end or drain's deadline.
+	stopping bool
+	drained  chan struct{}
 
 	// Owned by the worker goroutine.
 	trainers map[string]*trainerState
 	arena    *transformer.Arena[float32] // every trainer's buffers (see Trainer.UseArena)
 }
 
+// task is one operation in the executor: its job, its cancel, and how far
+// it has got.
+type task struct {
+	j       *job
+	org     string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	started time.Time // zero until its first slice
+	ts      *trainerState
+	pass    *train.Pass // a forward or forward_backward in progress
+}
+
+// errStopping cancels a started operation at drain's deadline: it goes
+// back to pending and runs again after the next start.
+var errStopping = errors.New("the node is stopping")
+
 // trainerState is a run's live trainer and how far it has got.
 type trainerState struct {
 	tr           *train.Trainer
 	baseModel    string
+	epoch        uint64    // the run activation it was built for
 	stateSeq     int64     // the last mutating operation applied
 	snapshotSeq  int64     // the newest snapshot written
 	lastSnapshot time.Time // compute since then decides the next snapshot
@@ -76,10 +108,9 @@ type trainerState struct {
 const progressEvery = 250 * time.Millisecond
 
 func newExecutor(s *System) *executor {
-	e := &executor{
-		sys: s, jobs: newInbox[func()](1024), cancels: map[string]context.CancelFunc{}, drained: make(chan struct{}),
-		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32](),
-	}
+	e := &executor{sys: s, tasks: map[string]*task{}, drained: make(chan struct{}),
+		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32]()}
+	e.wake = sync.NewCond(&e.mu)
 	go e.work()
 	return e
 }
@@ -112,7 +143,10 @@ func (e *executor) Receive(ctx actor.Context) {
 	case "exec.release":
 		var r *jobRef
 		if r, err = decode[jobRef](in); err == nil {
-			e.release(r.RunID)
+			e.mu.Lock()
+			e.release = append(e.release, r.RunID)
+			e.mu.Unlock()
+			e.wake.Signal()
 		}
 	default:
 		err = fmt.Errorf("unknown method %q", method)
@@ -122,110 +156,222 @@ func (e *executor) Receive(ctx actor.Context) {
 	}
 }
 
-func (e *executor) work() {
-	defer close(e.drained)
-	par.EngineThread()
-	for fn := range e.jobs.c {
-		fn()
-		// With a backlog the worker ran job after job on one processor, and
-		// Go preempts a running goroutine only after 10 ms: the request
-		// goroutines queued behind it waited that long. Yielding after each
-		// job lets them go first (submit p99 at 64 clients ~10% lower).
-		// Where the engine has threads of its own at a lower priority
-		// (par.Configure), the OS runs the requests first instead.
-		par.Yield()
-	}
-}
-
 func jobKey(runID string, seq int64) string { return runID + "/" + strconv.FormatInt(seq, 10) }
 
-// submit queues a job; its cancel is registered at once, so a cancel before
-// it starts stops it too.
+// submit queues a job in its organization's line. A task of the same run
+// from an older activation is cancelled: the newer activation fenced it.
 func (e *executor) submit(j *job) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &task{j: j, org: j.Tenant.Org, ctx: ctx, cancel: cancel}
 	e.mu.Lock()
-	e.cancels[jobKey(j.RunID, j.SeqID)] = cancel
-	e.mu.Unlock()
-	if !e.jobs.put(func() { e.run(ctx, j) }) {
-		// Stopping: the operation stays executing on disk, and the next
-		// start settles it as interrupted, as for any stop mid-work.
-		e.mu.Lock()
-		delete(e.cancels, jobKey(j.RunID, j.SeqID))
-		e.mu.Unlock()
-		cancel()
-		e.sys.log.Warn("job refused: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
+	defer e.mu.Unlock()
+	if e.stopping {
+		// The operation is still pending on disk and runs after the next
+		// start.
+		cancel(errStopping)
+		e.sys.log.Info("job not started: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
+		return
 	}
+	for _, old := range e.tasks {
+		if old.j.RunID == j.RunID && old.j.Epoch < j.Epoch {
+			old.cancel(errFenced)
+		}
+	}
+	e.tasks[jobKey(j.RunID, j.SeqID)] = t
+	e.ready.push(t.org, t)
+	e.wake.Signal()
 }
 
 func (e *executor) cancel(runID string, seq int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c := e.cancels[jobKey(runID, seq)]; c != nil {
-		c()
+	if t := e.tasks[jobKey(runID, seq)]; t != nil {
+		t.cancel(nil)
 	}
 }
 
-// release drops a run's trainer once the jobs queued before it are done.
-func (e *executor) release(runID string) {
-	e.jobs.put(func() { delete(e.trainers, runID) })
-}
-
-// drain stops taking jobs and waits for the queued ones; when ctx ends first,
-// the rest are cancelled (and report so) before it returns.
+// drain stops starting operations and lets the started ones run; when ctx
+// ends first, they are cut (each goes back to pending, recorded so by its
+// run) before it returns.
 func (e *executor) drain(ctx context.Context) {
-	e.jobs.close()
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
+	e.wake.Signal()
 	select {
 	case <-e.drained:
 		return
 	case <-ctx.Done():
 	}
 	e.mu.Lock()
-	for _, c := range e.cancels {
-		c()
+	for _, t := range e.tasks {
+		t.cancel(errStopping)
 	}
 	e.mu.Unlock()
 	<-e.drained
 }
 
-func (e *executor) run(ctx context.Context, j *job) {
-	start := time.Now()
-	d := e.execute(ctx, j)
-	took := time.Since(start)
+// work runs slices until the executor is drained.
+func (e *executor) work() {
+	defer close(e.drained)
+	par.EngineThread()
+	for {
+		t := e.next()
+		if t == nil {
+			return
+		}
+		e.slice(t)
+		// With a backlog the worker ran slice after slice on one
+		// processor, and Go preempts a running goroutine only after 10 ms:
+		// the request goroutines queued behind it waited that long. Yielding
+		// after each lets them go first (submit p99 at 64 clients ~10%
+		// lower). Where the engine has threads of its own at a lower
+		// priority (par.Configure), the OS runs the requests first instead.
+		par.Yield()
+	}
+}
+
+// next waits for the next task whose turn it is, dropping released
+// trainers meanwhile; nil once the executor is stopping and no started
+// task is left.
+func (e *executor) next() *task {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		for _, id := range e.release {
+			delete(e.trainers, id)
+		}
+		e.release = e.release[:0]
+		for {
+			t, ok := e.ready.pop()
+			if !ok {
+				break
+			}
+			if e.stopping && t.started.IsZero() {
+				delete(e.tasks, jobKey(t.j.RunID, t.j.SeqID))
+				t.cancel(errStopping)
+				continue
+			}
+			return t
+		}
+		if e.stopping && len(e.tasks) == 0 {
+			return nil
+		}
+		e.wake.Wait()
+	}
+}
+
+// slice runs one slice of t, then either queues it for its next turn or
+// reports how it ended.
+func (e *executor) slice(t *task) {
+	j := t.j
+	if t.started.IsZero() && t.ctx.Err() == nil {
+		t.started = time.Now()
+		e.sys.report(runKind, j.RunID, "run.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
+	}
+	var d *done
+	err := guard(e.sys.log, "executor "+j.Kind, func() (err error) {
+		d, err = e.step(t)
+		return err
+	})
+	switch {
+	case err != nil:
+		if errors.Is(err, errPanic) {
+			delete(e.trainers, j.RunID) // whatever it holds now is suspect: rebuild it
+		}
+		d = failure(t.ctx, err)
+	case d == nil: // more slices to go
+		e.mu.Lock()
+		e.ready.push(t.org, t)
+		e.mu.Unlock()
+		return
+	}
+	took := time.Duration(0)
+	if !t.started.IsZero() {
+		took = time.Since(t.started)
+	}
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
 	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
 	e.mu.Lock()
-	delete(e.cancels, jobKey(j.RunID, j.SeqID))
+	delete(e.tasks, jobKey(j.RunID, j.SeqID))
 	e.mu.Unlock()
-	e.sys.tell(runKind, j.RunID, "run.exec_done", d)
+	e.sys.report(runKind, j.RunID, "run.exec_done", d)
 }
 
-// execute runs one operation and says how it ended.
-func (e *executor) execute(ctx context.Context, j *job) *done {
-	if ctx.Err() != nil {
-		return &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
+// step runs t's next slice: its trainer first (rebuilt if this node does
+// not hold it at the job's state), then the operation, a forward or
+// forward_backward one micro-batch per slice. It returns nil, nil while
+// there is more to do.
+func (e *executor) step(t *task) (*done, error) {
+	j := t.j
+	if err := t.ctx.Err(); err != nil {
+		return nil, err
 	}
-	ts, err := e.trainer(ctx, j)
-	if err != nil {
-		return failure(ctx, err)
-	}
-	last := time.Now() // the first report after progressEvery: short work writes none
-	ctx = train.WithProgress(ctx, func(doneTokens, total int) {
-		if now := time.Now(); now.Sub(last) >= progressEvery {
-			last = now
-			p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-			e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+	if t.ts == nil {
+		ts, err := e.trainer(t.ctx, j)
+		if err != nil {
+			return nil, err
 		}
-	})
-	out, err := e.apply(ctx, ts, j, j.OpID, j.Kind, j.Payload, j.parsed)
-	if err != nil {
-		return failure(ctx, err)
+		t.ts = ts
+		last := time.Now() // the first report after progressEvery: short work writes none
+		t.ctx = train.WithProgress(t.ctx, func(doneTokens, total int) {
+			if now := time.Now(); now.Sub(last) >= progressEvery {
+				last = now
+				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
+				e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+			}
+		})
 	}
+	ts := t.ts
+	ts.tr.UseArena(e.arena)
+	p := j.parsed
+	if p == nil {
+		var err error
+		if p, err = payload.Parse(j.Kind, j.Payload); err != nil {
+			return nil, err
+		}
+		j.parsed = p
+	}
+	var out *applied
+	if b, ok := p.(*payload.Batch); ok {
+		if t.pass == nil {
+			pass, err := ts.tr.Begin(b.Datums(), b.LossFn, b.LossFnConfig, j.Kind == payload.ForwardBackward)
+			if err != nil {
+				return nil, err
+			}
+			t.pass = pass
+		}
+		if err := t.pass.Next(t.ctx); err != nil {
+			return nil, err
+		}
+		if !t.pass.Done() {
+			return nil, nil
+		}
+		o, err := t.pass.Output()
+		if err != nil {
+			return nil, err
+		}
+		out = batchApplied(j.Kind, o)
+	} else {
+		var err error
+		if out, err = e.apply(t.ctx, ts, j, j.OpID, j.Kind, j.Payload, p); err != nil {
+			return nil, err
+		}
+	}
+	return e.succeeded(t, out)
+}
+
+// succeeded is the report on an operation that ran to its end; a
+// snapshot may follow it.
+func (e *executor) succeeded(t *task, out *applied) (*done, error) {
+	j, ts := t.j, t.ts
 	d := &done{Status: OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
 		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
 	// go-json: encoding/json's reflection took 2% of the service's CPU at
 	// 64 clients; the replies around the result are go-json's already.
+	var err error
 	if d.Result, err = gojson.Marshal(out.result); err != nil {
-		return failure(ctx, fmt.Errorf("encode result: %w", err))
+		return nil, fmt.Errorf("encode result: %w", err)
 	}
 	if payload.Mutates(j.Kind) {
 		ts.stateSeq = j.SeqID
@@ -240,13 +386,23 @@ func (e *executor) execute(ctx context.Context, j *job) *done {
 			d.SnapshotSeq = ts.snapshotSeq
 		}
 	}
-	return d
+	return d, nil
 }
 
-// failure classifies an error: a cancel, the caller's input (its engine
-// code), or an internal fault.
+// started is the executor's word that an operation's first slice began.
+type started struct {
+	Epoch uint64
+	SeqID int64
+}
+
+// failure classifies an error: a cancel (or, at drain's deadline, a cut
+// that sends the operation back to pending), the caller's input (its
+// engine code), or an internal fault.
 func failure(ctx context.Context, err error) *done {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if errors.Is(context.Cause(ctx), errStopping) {
+			return &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"}
+		}
 		return &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
 	}
 	if code := kerr.Code(err); code != "" {
@@ -309,22 +465,7 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, ki
 		if err != nil {
 			return nil, err
 		}
-		tokens := int64(out.Metrics["tokens:sum"])
-		res := forwardResult{LossFnOutputs: make([]lossOutput, len(out.Losses)), Metrics: out.Metrics}
-		for i := range out.Losses {
-			res.LossFnOutputs[i] = lossOutput{Logprobs: out.Logprobs[i], Loss: out.Losses[i]}
-		}
-		if kind == payload.Forward {
-			return &applied{result: res, tokens: tokens}, nil
-		}
-		values := make(map[string]float64, len(out.Metrics)+1)
-		for k, v := range out.Metrics {
-			values[k] = v
-		}
-		if n := out.Metrics["tokens:sum"]; n > 0 {
-			values["loss:mean"] = out.Metrics["loss:sum"] / n
-		}
-		return &applied{result: res, metrics: values, tokens: tokens}, nil
+		return batchApplied(kind, out), nil
 	case *payload.Step:
 		m, err := tr.OptimStep(p.Params())
 		if err != nil {
@@ -361,6 +502,27 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, ki
 	return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
 }
 
+// batchApplied is what a forward or forward_backward produced; the latter
+// leaves a step record, with the mean loss per token beside the sum.
+func batchApplied(kind string, out *train.Output) *applied {
+	tokens := int64(out.Metrics["tokens:sum"])
+	res := forwardResult{LossFnOutputs: make([]lossOutput, len(out.Losses)), Metrics: out.Metrics}
+	for i := range out.Losses {
+		res.LossFnOutputs[i] = lossOutput{Logprobs: out.Logprobs[i], Loss: out.Losses[i]}
+	}
+	if kind == payload.Forward {
+		return &applied{result: res, tokens: tokens}
+	}
+	values := make(map[string]float64, len(out.Metrics)+1)
+	for k, v := range out.Metrics {
+		values[k] = v
+	}
+	if n := out.Metrics["tokens:sum"]; n > 0 {
+		values["loss:mean"] = out.Metrics["loss:sum"] / n
+	}
+	return &applied{result: res, metrics: values, tokens: tokens}
+}
+
 // weightsResult is the result of save_weights_for_sampler.
 type weightsResult struct {
 	WeightVersion int64  `json:"weight_version"`
@@ -386,15 +548,21 @@ func (e *executor) saveWeights(ts *trainerState, j *job) (int64, error) {
 // replayed state is the one the operations produced; each replayed loss is
 // compared with the recorded one to show it.
 func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
-	if ts := e.trainers[j.RunID]; ts != nil && ts.stateSeq == j.StateSeq {
+	ts := e.trainers[j.RunID]
+	switch {
+	case ts != nil && j.Epoch < ts.epoch:
+		return nil, errFenced // a newer activation of the run has it
+	case ts != nil && j.Epoch == ts.epoch && ts.stateSeq == j.StateSeq:
 		return ts, nil
 	}
+	// Built for an older activation (which a newer one fenced, perhaps in
+	// the middle of an operation), or at another state: rebuild it.
 	delete(e.trainers, j.RunID)
 	m, err := e.sys.model(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
-	ts := &trainerState{baseModel: j.BaseModel, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq}
+	ts = &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq}
 	switch {
 	case j.SnapshotSeq > 0:
 		if ts.tr, err = train.LoadState(e.sys.volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {

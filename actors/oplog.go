@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -155,6 +156,9 @@ type grain struct {
 	id      string
 	err     error              // activation failure, answered to every call
 	methods map[string]handler // by wire method name
+	// load, when set, is the grain's queued work, reported to admission
+	// control after every message it handles.
+	load func() (org string, ops int, bytes int64)
 }
 
 // receive is a grain's Receive: on activation it recovers (activate) and
@@ -167,7 +171,12 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 		if b.err = activate(); b.err == nil && resume != nil {
 			resume()
 		}
+		b.account()
 	default:
+		defer b.account()
+		if l, ok := m.(*local); ok && l.counted {
+			defer b.sys.reports.Add(-1)
+		}
 		method, in, isLocal, ok := request(m)
 		if !ok {
 			return
@@ -179,8 +188,39 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 		case h == nil:
 			h = func(actor.Context, msg) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
 		}
-		answer(ctx, b.sys.log, method, in, isLocal, h)
+		answer(ctx, b.sys.log, method, in, isLocal, func(ctx actor.Context, in msg) (resp any, err error) {
+			err = guard(b.sys.log, "grain "+method, func() (err error) {
+				resp, err = h(ctx, in)
+				return err
+			})
+			if errors.Is(err, errPanic) {
+				// What the grain holds in memory may be half-changed: it
+				// starts over from its durable state, as after a restart.
+				if b.err = activate(); b.err == nil && resume != nil {
+					resume()
+				}
+			}
+			return resp, err
+		})
 	}
+}
+
+// account reports the grain's queued work to admission control.
+func (b *grain) account() {
+	if b.load != nil && b.err == nil && b.id != "" { // activated (Started comes before ClusterInit)
+		org, ops, bytes := b.load()
+		b.sys.adm.set(b.id, org, ops, bytes)
+	}
+}
+
+// held is the bytes the owner's memos hold for its queued and executing
+// operations.
+func (o *opOwner) held() int64 {
+	var n int64
+	for _, m := range o.ops {
+		n += int64(m.Size())
+	}
+	return n
 }
 
 // awake answers a call that only activates its grain.
@@ -246,8 +286,47 @@ func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, tr
 	recordUsage(op, d, p, now, trainer)
 }
 
-// failInterrupted settles an operation its grain finds executing when it
-// activates: the node stopped under it, and it is never run twice.
+// maxAttempts is how many times the node may die under one operation
+// before it fails as interrupted instead of running again: an operation
+// that takes the node down every time must not keep doing so.
+const maxAttempts = 3
+
+// requeue sends an operation its grain finds executing when it activates
+// back to pending, counting the attempt; false when it has had
+// maxAttempts.
+func requeue(op *persistence.Operation, now time.Time) bool {
+	op.Attempts++
+	if op.Attempts >= maxAttempts {
+		return false
+	}
+	op.Status, op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = OpPending, nil, nil, now
+	return true
+}
+
+// failInterrupted settles an operation the node died under maxAttempts
+// times.
 func failInterrupted(op *persistence.Operation, now time.Time) {
-	settle(op, OpFailed, CodeInterrupted, "the node stopped while this operation was executing", now)
+	settle(op, OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
+}
+
+// markExecuting records that the executor began operation seq (if it is
+// still pending: a report after a cancel finds it ended).
+func (o *opOwner) markExecuting(tx *persistence.Tx, seq int64, now time.Time) error {
+	op, err := o.op(tx, seq)
+	if err != nil || op.Status != OpPending {
+		return err
+	}
+	op.Status, op.UpdatedAt = OpExecuting, now
+	return o.putOp(tx, op)
+}
+
+// unstart sends an executing operation that the node's stop cut short back
+// to pending: nothing of it was applied, and it runs after the next start.
+func (o *opOwner) unstart(tx *persistence.Tx, seq int64, now time.Time) error {
+	op, err := o.op(tx, seq)
+	if err != nil || op.Status != OpExecuting {
+		return err
+	}
+	op.Status, op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = OpPending, nil, nil, now
+	return o.putOp(tx, op)
 }

@@ -186,18 +186,25 @@ func (g *runGrain) Receive(ctx actor.Context) {
 			"run.end":           g.end,
 			"run.retire":        g.retire,
 			"run.wake":          awake,
+			"run.busy":          func(actor.Context, msg) (any, error) { return g.busy(), nil },
+			"run.exec_started":  g.execStarted,
 			"run.exec_done":     g.execDone,
 			"run.exec_progress": g.execProgress,
 		}
+		g.load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
 	}
 	g.receive(ctx, g.activate, g.kick)
 }
 
 // activate takes the run's lease (bumps its epoch) and recovers from
-// whatever the previous activation left: an operation found executing was
-// cut off mid-work, so it fails as interrupted and is never run again; if it
-// changed the trainer, the run is interrupted too, because the operations
-// queued after it were written against a state that will never exist.
+// whatever the previous activation left. Pending operations queue again.
+// One found executing was on the device when the node stopped: nothing of
+// it was recorded, so it queues again first and is re-run on the trainer
+// rebuilt from the run's snapshot and replay (the engine is deterministic).
+// Only an operation the node died under maxAttempts times fails, as
+// interrupted, and if it changes the trainer, so does the run: the
+// operations queued after it were written against a state that will never
+// exist.
 func (g *runGrain) activate() error {
 	return g.sys.store.Update(func(tx *persistence.Tx) error {
 		r := new(persistence.Run)
@@ -212,13 +219,16 @@ func (g *runGrain) activate() error {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
-		g.queue, g.parsed = g.queue[:0], map[int64]payload.Parsed{}
+		wasTerminal := Terminal(RunMoves, r.Status)
+		g.queue, g.parsed, g.executing = g.queue[:0], map[int64]payload.Parsed{}, 0
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
+			case op.Status == OpExecuting && !Terminal(RunMoves, r.Status) && requeue(op, now):
+				g.queue = append(g.queue, op.SeqID)
 			case op.Status == OpExecuting:
 				failInterrupted(op, now)
-				if payload.Mutates(op.Kind) {
+				if payload.Mutates(op.Kind) && !Terminal(RunMoves, r.Status) {
 					r.ErrorCode = CodeInterrupted
 					move(RunMoves, &r.Status, RunInterrupted)
 				}
@@ -241,8 +251,14 @@ func (g *runGrain) activate() error {
 			}
 		}
 		r.UpdatedAt = now
+		if err := tx.Put(persistence.Runs, []byte(r.ID), r); err != nil {
+			return err
+		}
+		if Terminal(RunMoves, r.Status) && !wasTerminal {
+			g.sys.adm.close(r.Tenant.Org, runKind) // counted live at start
+		}
 		g.run = r
-		return tx.Put(persistence.Runs, []byte(r.ID), r)
+		return nil
 	})
 }
 
@@ -283,9 +299,23 @@ func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) 
 		return r.NextSeqID, tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
+		if Terminal(RunMoves, next.Status) && !Terminal(RunMoves, g.run.Status) {
+			g.sys.adm.close(next.Tenant.Org, runKind)
+		}
 		g.run = next
 	}
 	return err
+}
+
+// busy reports whether the run has work queued or executing.
+func (g *runGrain) busy() bool { return g.executing != 0 || len(g.queue) > 0 }
+
+// depth is the number of the run's operations queued or executing.
+func (g *runGrain) depth() int {
+	if g.executing != 0 {
+		return len(g.queue) + 1
+	}
+	return len(g.queue)
 }
 
 // accepting refuses new operations on a run that takes none.
@@ -307,7 +337,13 @@ func (g *runGrain) submit(_ actor.Context, in msg) (any, error) {
 	if sub.SeqID != g.run.NextSeqID {
 		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the run's next_seq_id %d", sub.SeqID, g.run.NextSeqID)
 	}
-	if sub.parsed != nil { // accept may start the operation at once
+	if err := g.sys.adm.admit(g.run.Tenant.Org, "run", g.depth()); err != nil {
+		return nil, err
+	}
+	// The parse is kept for an operation near the head of the queue only:
+	// deeper ones are parsed again when they start, so a long queue of
+	// large batches does not hold them all in memory.
+	if sub.parsed != nil && len(g.queue) < parsedKeep {
 		g.parsed[sub.SeqID] = sub.parsed
 	}
 	op, err := g.accept(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
@@ -318,6 +354,9 @@ func (g *runGrain) submit(_ actor.Context, in msg) (any, error) {
 	g.kick()
 	return handle(op, true), nil
 }
+
+// parsedKeep is how many queued operations keep their parsed payload.
+const parsedKeep = 4
 
 // leaseWriteEvery is the least extension an accepted operation writes to
 // its session's lease: a lease is minutes long, and rewriting the session
@@ -331,9 +370,8 @@ const leaseWriteEvery = time.Second
 func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
 	var op *persistence.Operation
 	var next advanced
-	// With nothing queued or executing, the operation starts in the commit
-	// that accepts it (it is answered executing): one commit, not two,
-	// before the executor has it.
+	// With nothing queued or executing, the operation goes to the executor
+	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		ss, _, err := g.session.Get(tx, persistence.Sessions, []byte(r.SessionID))
@@ -342,7 +380,9 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		}
 		now := g.sys.now()
 		if kind != payload.Cancel {
-			if ss.Status != SessionReady || now.After(ss.LeaseExpiresAt) {
+			// Work queued or executing keeps the lease alive (busy): a client
+			// that submitted a long queue and polls does not lose it.
+			if ss.Status != SessionReady || now.After(ss.LeaseExpiresAt) && !g.busy() {
 				return refuse(CodeSessionNotReady, "session %s is %s (lease until %s)", ss.ID, ss.Status, ss.LeaseExpiresAt.Format(time.RFC3339))
 			}
 			if lease := now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second); lease.Sub(ss.LeaseExpiresAt) >= leaseWriteEvery {
@@ -374,9 +414,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		if !idle {
 			return nil
 		}
-		if next, err = g.advance(tx, r, []int64{op.SeqID}); err == nil && next.job != nil {
-			op.Status = OpExecuting
-		}
+		next, err = g.advance(tx, r, []int64{op.SeqID})
 		return err
 	})
 	if err != nil {
@@ -504,19 +542,35 @@ func (g *runGrain) stopWork(code, msg string) {
 	}
 	g.queue = left
 	if g.executing != 0 {
+		// On the trainer, or (a run-scoped sample handed over) decoding in
+		// the sampling executor: both stop it at their next step.
 		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing})
+		g.sys.toSamplingCancel(samplingRef{runKind, g.id, g.executing})
 		return
 	}
 	g.kick()
 }
 
-// kick starts the next queued operation if none is executing.
+// kick starts the next queued operation if none is executing. An operation
+// at the head goes to the executor after a read; only a finish or cancel
+// there needs a write.
 func (g *runGrain) kick() {
 	if g.err != nil || g.executing != 0 || len(g.queue) == 0 {
 		return
 	}
 	var next advanced
-	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err := g.sys.store.View(func(tx *persistence.Tx) error {
+		op, err := g.op(tx, g.queue[0])
+		if j := g.jobFor(g.run, op); err == nil && j != nil {
+			next = advanced{1, j}
+		}
+		return err
+	})
+	if err == nil && next.job != nil {
+		g.started(next)
+		return
+	}
+	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
 		var err error
 		next, err = g.advance(tx, r, g.queue)
 		return err
@@ -537,11 +591,13 @@ type advanced struct {
 
 // advance works through the head of the queue inside a write, with nothing
 // executing: a finish or cancel there completes (everything before it has
-// ended), and the first other operation is marked executing. Doing this in
-// the transaction that recorded the previous operation's outcome gives a
-// busy run one commit per operation, not two. It reads the grain's queue
-// without changing it (the write may still fail); started applies the
-// outcome once the write is durable.
+// ended), and the first other operation becomes the executor's job. It
+// stays pending until the executor starts it (run.exec_started): a restart
+// must find executing only what was really on the device. Doing this in
+// the transaction that recorded the previous operation's outcome settles a
+// finish without a commit of its own. It reads the grain's queue without
+// changing it (the write may still fail); started applies the outcome once
+// the write is durable.
 func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
 	now := g.sys.now()
 	for i, seq := range queue {
@@ -549,35 +605,37 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64
 		if err != nil {
 			return advanced{}, err
 		}
-		var next *job
-		switch op.Kind {
-		case payload.Finish, payload.Cancel:
-			settle(op, OpSucceeded, "", "", now)
-			if r.Status == RunFinishing || r.Status == RunCancelRequested {
-				to := RunFinished
-				if op.Kind == payload.Cancel {
-					to = RunCancelled
-				}
-				if err := move(RunMoves, &r.Status, to); err != nil {
-					return advanced{}, err
-				}
+		if j := g.jobFor(r, op); j != nil {
+			return advanced{i + 1, j}, nil
+		}
+		settle(op, OpSucceeded, "", "", now)
+		if r.Status == RunFinishing || r.Status == RunCancelRequested {
+			to := RunFinished
+			if op.Kind == payload.Cancel {
+				to = RunCancelled
 			}
-		default:
-			op.Status, op.UpdatedAt = OpExecuting, now
-			next = &job{
-				RunID: r.ID, Epoch: g.epoch, OpID: op.ID, SeqID: seq, Kind: op.Kind, Payload: op.Payload, parsed: g.parsed[seq],
-				BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
-				FromCheckpoint: r.CheckpointID != "", WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
+			if err := move(RunMoves, &r.Status, to); err != nil {
+				return advanced{}, err
 			}
 		}
 		if err := g.putOp(tx, op); err != nil {
 			return advanced{}, err
 		}
-		if next != nil {
-			return advanced{i + 1, next}, nil
-		}
 	}
 	return advanced{taken: len(queue)}, nil
+}
+
+// jobFor is the executor's job for op, nil for a finish or cancel (which
+// the grain completes itself).
+func (g *runGrain) jobFor(r *persistence.Run, op *persistence.Operation) *job {
+	if op.Kind == payload.Finish || op.Kind == payload.Cancel {
+		return nil
+	}
+	return &job{
+		RunID: r.ID, Tenant: r.Tenant, Epoch: g.epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, parsed: g.parsed[op.SeqID],
+		BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
+		FromCheckpoint: r.CheckpointID != "", WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
+	}
 }
 
 // started applies a durable advance: the taken operations leave the queue,
@@ -629,6 +687,17 @@ type done struct {
 	Handoff       bool  // a run-scoped sample goes on in the sampler
 }
 
+// execStarted marks the operation the executor began executing.
+func (g *runGrain) execStarted(_ actor.Context, in msg) (any, error) {
+	st, err := decode[started](in)
+	if err != nil || st.Epoch != g.epoch || st.SeqID != g.executing {
+		return nil, err
+	}
+	return nil, g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
+		return g.markExecuting(tx, st.SeqID, g.sys.now())
+	})
+}
+
 func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
@@ -636,6 +705,13 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 	}
 	if d.Handoff {
 		return nil, g.handOff(d)
+	}
+	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
+		if err := g.write(func(tx *persistence.Tx, _ *persistence.Run) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+			return nil, err
+		}
+		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
+		return nil, nil
 	}
 	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
 	if err != nil {

@@ -48,6 +48,7 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			"sampler.submit":         g.submit,
 			"sampler.weights":        g.weights,
 			"sampler.synced":         g.synced,
+			"sampler.exec_started":   g.execStarted,
 			"sampler.exec_done":      g.execDone,
 			"sampler.sample_for_run": g.sampleForRun,
 			"sampler.idle":           g.idle,
@@ -55,13 +56,21 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			"sampler.retire":         g.retire,
 			"sampler.wake":           awake,
 		}
+		g.load = func() (string, int, int64) {
+			n := len(g.queue)
+			if g.executing != 0 {
+				n++
+			}
+			return g.rec.Tenant.Org, n, g.held()
+		}
 	}
 	g.receive(ctx, g.activate, g.kick)
 }
 
 // activate takes the sampler's lease and recovers: an operation found
-// executing was cut off and fails as interrupted (sampling changes nothing,
-// so nothing else is affected); pending and parked ones queue again.
+// executing was cut off and queues again first (sampling changes nothing,
+// so it simply runs again; one the node died under maxAttempts times fails
+// as interrupted); pending and parked ones queue again.
 func (g *samplerGrain) activate() error {
 	var run persistence.Run
 	err := g.sys.store.Update(func(tx *persistence.Tx) error {
@@ -80,12 +89,16 @@ func (g *samplerGrain) activate() error {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
-		g.queue = g.queue[:0]
+		g.queue, g.executing = g.queue[:0], 0
 		now := g.sys.now()
 		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case OpExecuting:
-				failInterrupted(op, now)
+				if requeue(op, now) {
+					g.queue = append(g.queue, op.SeqID)
+				} else {
+					failInterrupted(op, now)
+				}
 				return g.putOp(tx, op)
 			case OpPending, OpParked:
 				g.queue = append(g.queue, op.SeqID)
@@ -132,14 +145,15 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 	if sub.SeqID != g.rec.NextSeqID {
 		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the sampler's next_seq_id %d", sub.SeqID, g.rec.NextSeqID)
 	}
+	org, depth, _ := g.load()
+	if err := g.sys.adm.admit(org, "sampler", depth); err != nil {
+		return nil, err
+	}
 	parsed, err := payload.Parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, err
 	}
 	required := payload.Required(parsed)
-	// A ready sampler with nothing queued or running starts the operation in
-	// the commit that accepts it (it is answered executing).
-	idle := g.executing == 0 && len(g.queue) == 0 && g.syncing == 0 && g.rec.Status == SamplerReady && g.latest <= g.rec.SyncedWeightVersion
 	var op *persistence.Operation
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
@@ -154,8 +168,6 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now)
 		case required != nil && *required > r.SyncedWeightVersion:
 			op.Status = OpParked
-		case idle:
-			op.Status = OpExecuting
 		}
 		r.NextSeqID++
 		r.LastActivityAt = now
@@ -165,18 +177,16 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 		return nil, err
 	}
 	g.sys.cfg.Metrics.Accepted(sub.Kind)
-	switch op.Status {
-	case OpExecuting:
-		g.run(op)
-	case OpPending, OpParked:
+	if op.Status == OpPending || op.Status == OpParked {
 		g.queue = append(g.queue, op.SeqID)
 		g.kick()
 	}
 	return handle(op, true), nil
 }
 
-// run hands a sampler operation marked executing to the sampling executor,
-// at the sampler's synced weights.
+// run hands a sampler operation to the sampling executor, at the sampler's
+// synced weights; it is pending until the executor starts it
+// (sampler.exec_started).
 func (g *samplerGrain) run(op *persistence.Operation) {
 	g.executing = op.SeqID
 	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
@@ -273,24 +283,16 @@ func (g *samplerGrain) kick() {
 	}
 	seq := g.queue[0]
 	var op *persistence.Operation
-	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
-		var err error
-		if op, err = g.op(tx, seq); err != nil {
-			return err
-		}
-		if req := required(op); req != nil && *req > r.SyncedWeightVersion {
-			return nil // parked: the sampler follows the run and will get there
-		}
-		op.Status, op.UpdatedAt = OpExecuting, g.sys.now()
-		r.LastActivityAt = op.UpdatedAt
-		return g.putOp(tx, op)
+	err := g.sys.store.View(func(tx *persistence.Tx) (err error) {
+		op, err = g.op(tx, seq)
+		return err
 	})
 	if err != nil {
 		g.sys.log.Error("start sampler operation", "sampler", g.id, "seq", seq, "err", err)
 		return
 	}
-	if op.Status != OpExecuting {
-		return
+	if req := required(op); op.Status != OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
+		return // parked: the sampler follows the run and will get there
 	}
 	g.queue = g.queue[1:]
 	g.run(op)
@@ -387,10 +389,29 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	return nil
 }
 
+// execStarted marks the operation the sampling executor began.
+func (g *samplerGrain) execStarted(_ actor.Context, in msg) (any, error) {
+	st, err := decode[started](in)
+	if err != nil || st.Epoch != g.epoch || st.SeqID != g.executing {
+		return nil, err
+	}
+	return nil, g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+		r.LastActivityAt = g.sys.now()
+		return g.markExecuting(tx, st.SeqID, r.LastActivityAt)
+	})
+}
+
 func (g *samplerGrain) execDone(_ actor.Context, in msg) (any, error) {
 	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
 		return nil, err
+	}
+	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
+		if err := g.write(func(tx *persistence.Tx, _ *persistence.Sampler) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+			return nil, err
+		}
+		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
+		return nil, nil
 	}
 	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
@@ -504,6 +525,9 @@ func (g *samplerGrain) retire(actor.Context, msg) (any, error) {
 		return nil, err
 	}
 	g.queue, g.forRun = nil, nil
+	if g.executing != 0 {
+		g.sys.toSamplingCancel(samplingRef{samplerKind, g.id, g.executing})
+	}
 	g.sys.toSamplingRelease(g.id)
 	return struct{}{}, nil
 }

@@ -66,11 +66,32 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := requestKey(req.Tenant, "session", req.RequestID)
+	counted := false
 	err = s.store.Update(func(tx *persistence.Tx) (err error) {
+		if counted {
+			s.adm.close(req.Tenant.Org, sessionKind)
+		}
+		counted = false
+		var prev string
+		if ok, err := tx.Get(persistence.Requests, key, &prev); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			if err := s.adm.open(req.Tenant.Org, sessionKind); err != nil {
+				return err
+			}
+			counted = true
+		}
 		sess, created, err = once(tx, key, persistence.Sessions, fresh.ID, fresh)
 		return err
 	})
 	if err != nil {
+		if counted {
+			s.adm.close(req.Tenant.Org, sessionKind)
+		}
+		if e := (*Error)(nil); errors.As(err, &e) {
+			return nil, false, err
+		}
 		return nil, false, fmt.Errorf("create session: %w", err)
 	}
 	return sess, created, nil
@@ -183,6 +204,7 @@ func (g *sessionGrain) activate() error {
 // the record as written.
 func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx, ss *persistence.Session) error) (*persistence.Session, error) {
 	var out persistence.Session
+	var ended bool
 	err := g.sys.store.Update(func(tx *persistence.Tx) error {
 		ss := persistence.Session{}
 		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
@@ -194,13 +216,18 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx,
 		if !Terminal(SessionMoves, ss.Status) && ss.LeaseEpoch != g.epoch {
 			return errFenced
 		}
+		was := ss.Status
 		if err := fn(tx, &ss); err != nil {
 			return err
 		}
 		ss.UpdatedAt = g.sys.now()
 		out = ss
+		ended = Terminal(SessionMoves, ss.Status) && !Terminal(SessionMoves, was)
 		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
 	})
+	if err == nil && ended {
+		g.sys.adm.close(out.Tenant.Org, sessionKind)
+	}
 	return &out, err
 }
 
@@ -274,10 +301,16 @@ func (g *sessionGrain) createRun(_ actor.Context, in msg) (any, error) {
 		if err != nil {
 			return err
 		}
+		if err := g.sys.adm.open(ss.Tenant.Org, runKind); err != nil {
+			return err
+		}
 		ss.RunID = run.ID
 		out = RunReply{Run: *run, Created: true}
 		return persistence.CreateRun(tx, run)
 	})
+	if err != nil && out.Created {
+		g.sys.adm.close(req.Tenant.Org, runKind)
+	}
 	return &out, err
 }
 
@@ -336,7 +369,30 @@ func (g *sessionGrain) close(_ actor.Context, in msg) (any, error) {
 	return g.end(t, SessionClosing, RunCancelled, "")
 }
 
+// expire times the session out, unless its run still has work queued or
+// executing: that work is activity, and the lease is extended instead.
 func (g *sessionGrain) expire(actor.Context, msg) (any, error) {
+	var ss persistence.Session
+	if err := g.sys.store.View(func(tx *persistence.Tx) error {
+		_, err := tx.Get(persistence.Sessions, []byte(g.id), &ss)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if ss.Status == SessionReady && ss.RunID != "" {
+		var busy bool
+		if err := g.sys.call(runKind, ss.RunID, "run.busy", struct{}{}, &busy); err != nil {
+			return nil, err
+		}
+		if busy {
+			return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session) error {
+				if ss.Status == SessionReady && g.sys.now().After(ss.LeaseExpiresAt) {
+					ss.LeaseExpiresAt = g.sys.now().Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
+				}
+				return nil
+			})
+		}
+	}
 	return g.end(nil, SessionTimedOut, RunTimedOut, CodeTimedOut)
 }
 

@@ -105,6 +105,20 @@ func (s *Server) serveFile(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("Content-Disposition", "attachment; filename="+strconv.Quote(name))
 	ctx.Request.SetRequestURI(path)
 	s.files(ctx)
+	// The file server answers its own errors in plain text: every error
+	// here is the envelope.
+	switch status := ctx.Response.StatusCode(); {
+	case status == fasthttp.StatusRequestedRangeNotSatisfiable:
+		ctx.Response.Header.Del("Content-Disposition")
+		fail(ctx, codeRange, fmt.Sprintf("the Range header %q asks for bytes outside the file", ctx.Request.Header.Peek("Range")))
+	case status == fasthttp.StatusNotFound:
+		ctx.Response.Header.Del("Content-Disposition")
+		fail(ctx, actors.CodeNotFound, "the file is gone")
+	case status >= 400:
+		ctx.Response.Header.Del("Content-Disposition")
+		s.log.Error("file server", "request_id", requestID(ctx), "status", status)
+		fail(ctx, actors.CodeInternal, "internal error")
+	}
 }
 
 // newFileHandler serves files by absolute path, with byte ranges and

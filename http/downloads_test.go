@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -77,6 +78,13 @@ func TestDownloads(t *testing.T) {
 	disk, _ := os.ReadFile(filepath.Join(dir, "adapter_model.safetensors"))
 	if status, body := get(t, weights, "Range", "bytes=8-99"); status != 206 || !bytes.Equal(body, disk[8:100]) {
 		t.Errorf("range: %d, %d bytes", status, len(body))
+	}
+	// A range past the file is the error envelope too, not the file
+	// server's plain text.
+	status, body := get(t, weights, "Range", fmt.Sprintf("bytes=%d-", len(disk)+10))
+	var env map[string]any
+	if err := json.Unmarshal(body, &env); status != 416 || err != nil || env["error"].(map[string]any)["code"] != "range_not_satisfiable" || env["request_id"] == nil {
+		t.Errorf("unsatisfiable range: %d %s", status, body)
 	}
 
 	// Edited links are refused; so is one past its expiry, and a signed

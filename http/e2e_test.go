@@ -55,15 +55,23 @@ type node struct {
 	keys     map[string]string // name → key
 	revision string
 	extra    []string
+	proc     *service.Process // the running server
 }
 
 // newNode prepares a data folder with a tiny model and keys for two
 // organizations (test and live keys for the first), then starts the server.
 func newNode(t *testing.T, extra ...string) *node {
 	t.Helper()
+	return newNodeWith(t, "tiny", extra...)
+}
+
+// newNodeWith is newNode with the generated model of another preset, which
+// the catalog serves as "tiny" all the same.
+func newNodeWith(t *testing.T, preset string, extra ...string) *node {
+	t.Helper()
 	n := &node{t: t, data: t.TempDir(), keys: map[string]string{}, extra: extra}
 	n.modelDir = filepath.Join(n.data, "tiny")
-	if err := model.Generate("tiny", 5, n.modelDir, safetensors.F32); err != nil {
+	if err := model.Generate(preset, 5, n.modelDir, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
 	rev, err := providers.Revision(n.modelDir)
@@ -91,7 +99,7 @@ func (n *node) start() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	n.base = "http://" + p.Addr
+	n.base, n.proc = "http://"+p.Addr, p
 }
 
 // stop shuts the server down as an operator would (SIGTERM) and checks it
@@ -127,6 +135,7 @@ type reply struct {
 	Body   map[string]any
 	Raw    []byte // JSON, also when the server answered in msgpack
 	Type   string // the response's Content-Type
+	Header http.Header
 }
 
 func (r *reply) code() string {
@@ -176,7 +185,7 @@ func (n *node) do(method, path, key string, body any, headers ...string) *reply 
 		}
 		raw, _ = json.Marshal(v)
 	}
-	r := &reply{Status: resp.StatusCode, Raw: raw, Type: resp.Header.Get("Content-Type")}
+	r := &reply{Status: resp.StatusCode, Raw: raw, Type: resp.Header.Get("Content-Type"), Header: resp.Header}
 	if err := checkContract(method, path, r.Status, raw); err != nil {
 		n.t.Errorf("%s %s answered %d outside the OpenAPI document: %v\n%s", method, path, r.Status, err, raw)
 	}

@@ -18,6 +18,7 @@ const (
 	codeHashMismatch     = "request_hash_mismatch"
 	codeBadRequest       = "bad_request"
 	codeShuttingDown     = "shutting_down"
+	codeRange            = "range_not_satisfiable"
 )
 
 // statuses is the one table of error code → HTTP status; docs/errors.md
@@ -32,6 +33,7 @@ var statuses = map[string]int{
 	codeMethod:           fasthttp.StatusMethodNotAllowed,
 	codeHashMismatch:     fasthttp.StatusUnprocessableEntity,
 	codeShuttingDown:     fasthttp.StatusServiceUnavailable,
+	codeRange:            fasthttp.StatusRequestedRangeNotSatisfiable,
 	codeLinkExpired:      fasthttp.StatusForbidden,
 	codeLinkInvalid:      fasthttp.StatusForbidden,
 
@@ -58,6 +60,8 @@ var statuses = map[string]int{
 	actors.CodeTokenRefused:           fasthttp.StatusUnprocessableEntity,
 	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
 	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
+	actors.CodeQueueFull:              fasthttp.StatusTooManyRequests,
+	actors.CodeLimitExceeded:          fasthttp.StatusTooManyRequests,
 	actors.CodeInternal:               fasthttp.StatusInternalServerError,
 
 	// The engine's input errors, found when a submission is checked against
@@ -68,6 +72,16 @@ var statuses = map[string]int{
 	"invalid_loss_inputs":      fasthttp.StatusUnprocessableEntity,
 	"unknown_loss":             fasthttp.StatusUnprocessableEntity,
 	"invalid_optimizer_params": fasthttp.StatusUnprocessableEntity,
+}
+
+// retryAfter is the Retry-After (seconds) that goes with the codes a
+// caller should retry later: a full queue drains at the engine's pace, a
+// draining node is back after its restart.
+var retryAfter = map[string]string{
+	actors.CodeQueueFull:     "1",
+	actors.CodeLimitExceeded: "30",
+	actors.CodeUnavailable:   "1",
+	codeShuttingDown:         "5",
 }
 
 // envelope is the error body: exactly the spec's fields.
@@ -86,6 +100,9 @@ func fail(ctx *fasthttp.RequestCtx, code, message string) {
 	status, ok := statuses[code]
 	if !ok {
 		status = fasthttp.StatusInternalServerError
+	}
+	if after, ok := retryAfter[code]; ok {
+		ctx.Response.Header.Set("Retry-After", after)
 	}
 	write(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
 }

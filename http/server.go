@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -89,16 +90,41 @@ func (s *Server) Shutdown(ctx context.Context) error {
 type slogPrinter struct{ log *slog.Logger }
 
 func (p slogPrinter) Printf(format string, args ...any) {
-	p.log.Warn(fmt.Sprintf(format, args...), "component", "fasthttp")
+	p.log.Warn(redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
 
-// transportError answers requests fasthttp could not read.
+// secrets are what redact removes: an Authorization header's value, a
+// bearer credential, and anything shaped like an API key.
+var secrets = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`(?i)(authorization\s*:\s*)[^\r\n]*`), "${1}[redacted]"},
+	{regexp.MustCompile(`(?i)(bearer\s+)[^\s"',;]+`), "${1}[redacted]"},
+	{regexp.MustCompile(`svc_(test|live)_[A-Za-z0-9]*`), "svc_${1}_[redacted]"},
+}
+
+// redact removes secrets from text bound for a log line or a reply.
+func redact(text string) string {
+	for _, s := range secrets {
+		text = s.re.ReplaceAllString(text, s.with)
+	}
+	return text
+}
+
+// transportError answers requests fasthttp could not read. They never
+// reached logged, so they get their request id here; fasthttp's error
+// quotes the raw request (an API key too), so neither the reply nor the
+// log repeats it.
 func (s *Server) transportError(ctx *fasthttp.RequestCtx, err error) {
+	assignRequestID(ctx)
+	negotiate(ctx)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		fail(ctx, codeTooLarge, fmt.Sprintf("request body is larger than %d bytes", s.maxBody))
-		return
+	} else {
+		fail(ctx, codeBadRequest, "could not read the request: its start line, headers or framing are malformed")
 	}
-	fail(ctx, codeBadRequest, "could not read the request: "+err.Error())
+	s.log.Warn("unreadable request", "request_id", requestID(ctx), "status", ctx.Response.StatusCode(), "err", redact(err.Error()))
 }
 
 // authed is a handler of an authenticated endpoint.
@@ -162,14 +188,7 @@ func (s *Server) router() *router.Router {
 func (s *Server) logged(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		id := string(ctx.Request.Header.Peek("X-Request-Id"))
-		if id == "" || len(id) > 200 {
-			var b [12]byte
-			rand.Read(b[:])
-			id = "req_" + hex.EncodeToString(b[:])
-		}
-		ctx.SetUserValue(requestIDKey{}, id)
-		ctx.Response.Header.Set("X-Request-Id", id)
+		id := assignRequestID(ctx)
 		negotiate(ctx)
 		if s.draining.Load() {
 			ctx.SetConnectionClose()
@@ -200,6 +219,21 @@ func methodLabel(ctx *fasthttp.RequestCtx) string {
 
 type requestIDKey struct{}
 
+// assignRequestID gives the request its id: the caller's X-Request-Id (up
+// to 200 printable ASCII characters), or one made here; it is echoed in the
+// reply's header.
+func assignRequestID(ctx *fasthttp.RequestCtx) string {
+	id := string(ctx.Request.Header.Peek("X-Request-Id"))
+	if id == "" || len(id) > 200 || strings.IndexFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+		var b [12]byte
+		rand.Read(b[:])
+		id = "req_" + hex.EncodeToString(b[:])
+	}
+	ctx.SetUserValue(requestIDKey{}, id)
+	ctx.Response.Header.Set("X-Request-Id", id)
+	return id
+}
+
 func requestID(ctx *fasthttp.RequestCtx) string {
 	id, _ := ctx.UserValue(requestIDKey{}).(string)
 	return id
@@ -209,9 +243,9 @@ func requestID(ctx *fasthttp.RequestCtx) string {
 // body, and the error envelope for whatever the handler returns.
 func (s *Server) api(h authed) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		authz := string(ctx.Request.Header.Peek("Authorization"))
-		key, ok := strings.CutPrefix(authz, "Bearer ")
-		if !ok {
+		// The scheme is case-insensitive (RFC 7235): "bearer" is Bearer.
+		scheme, key, ok := strings.Cut(string(ctx.Request.Header.Peek("Authorization")), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="wts"`)
 			fail(ctx, codeUnauthorized, "missing Authorization: Bearer <API key> header")
 			return

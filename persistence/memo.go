@@ -78,3 +78,7 @@ func (m *Memo[T]) Put(tx *Tx, b Bucket, key []byte, v T) error {
 	m.raw, m.val, m.file = raw, v, 0
 	return nil
 }
+
+// Size is the bytes of the record the memo holds (its decoded value holds
+// about as much again).
+func (m *Memo[T]) Size() int { return len(m.raw) }

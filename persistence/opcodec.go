@@ -40,6 +40,9 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	if len(op.Usage) > 0 {
 		n++
 	}
+	if op.Attempts != 0 {
+		n++
+	}
 	b = append(b, msgpcode.Map16, 0, byte(n)) // past a fixmap's 15
 	b = appendStr(appendStr(b, "id"), op.ID)
 	b = appendStr(appendStr(b, "session_id"), op.SessionID)
@@ -59,6 +62,9 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	b = appendBin(appendStr(b, "payload"), op.Payload)
 	if len(op.Usage) > 0 {
 		b = appendUsage(appendStr(b, "usage"), op.Usage)
+	}
+	if op.Attempts != 0 {
+		b = appendInt64(appendStr(b, "attempts"), op.Attempts)
 	}
 	return b
 }

@@ -158,6 +158,9 @@ type Operation struct {
 	// the operation record, so that recording an outcome rewrites one
 	// record, not one per meter.
 	Usage []Usage `msgpack:"usage,omitempty" json:"-"`
+	// Attempts counts the starts the node died under (a crash while it was
+	// executing): the operation runs again after each, up to a limit.
+	Attempts int64 `msgpack:"attempts,omitempty" json:"-"`
 }
 
 // Metric is the step record of one forward_backward or optim_step.

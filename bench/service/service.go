@@ -37,6 +37,20 @@ type Process struct {
 	Model    string // the catalog name of its model
 	Revision string
 	ModelDir string
+
+	mu   sync.Mutex
+	logs []string // its standard error, the last logKeep lines
+}
+
+// logKeep bounds the lines of standard error a Process keeps.
+const logKeep = 20000
+
+// Log is what the process wrote to standard error (its last logKeep
+// lines).
+func (p *Process) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.logs, "\n")
 }
 
 // Stop ends the process (SIGTERM, then waits).
@@ -58,17 +72,26 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 		return nil, err
 	}
 	found := make(chan string, 1)
+	p := &Process{cmd: cmd}
 	go func() {
 		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+			line := sc.Text()
+			p.mu.Lock()
+			if p.logs = append(p.logs, line); len(p.logs) > logKeep {
+				p.logs = p.logs[len(p.logs)-logKeep:]
+			}
+			p.mu.Unlock()
+			if m := listening.FindStringSubmatch(line); m != nil {
 				found <- m[1]
 			}
 		}
 	}()
 	select {
 	case addr := <-found:
-		return &Process{cmd: cmd, Addr: addr}, nil
+		p.Addr = addr
+		return p, nil
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("%s did not start in a minute", cmd.Path)

@@ -60,8 +60,18 @@ func serveCmd(args []string) error {
 	credentialsKey := credentialsKeyFlag(fs)
 	engineNice := fs.Int("engine-nice", defaultEngineNice, "OS priority (nice, 0-19) of the engine's threads, below the API's (see docs/operations.md); 0 runs them at the node's own")
 	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
+	lim := actors.DefaultLimits()
+	fs.IntVar(&lim.RunQueue, "max-queue-run", lim.RunQueue, "operations one run (or sampler) may have queued or executing; more get 429 queue_full")
+	fs.IntVar(&lim.OrgQueue, "max-queue-org", lim.OrgQueue, "operations an organization may have queued or executing on this node")
+	fs.IntVar(&lim.NodeQueue, "max-queue-node", lim.NodeQueue, "operations the node takes queued or executing, all organizations together")
+	fs.Int64Var(&lim.QueueBytes, "max-queue-bytes", lim.QueueBytes, "bytes of queued operations' records the node holds in memory")
+	fs.IntVar(&lim.OrgSessions, "max-live-sessions", lim.OrgSessions, "live sessions per organization; more get 429 limit_exceeded")
+	fs.IntVar(&lim.OrgRuns, "max-live-runs", lim.OrgRuns, "live runs per organization")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if lim.RunQueue < 1 || lim.OrgQueue < 1 || lim.NodeQueue < 1 || lim.QueueBytes < 1 || lim.OrgSessions < 1 || lim.OrgRuns < 1 {
+		return fmt.Errorf("--max-queue-* and --max-live-* must be at least 1")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -92,7 +102,7 @@ func serveCmd(args []string) error {
 		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
 	}
 	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle,
-		CredentialsKey: *credentialsKey})
+		CredentialsKey: *credentialsKey, Limits: lim})
 	if err != nil {
 		return err
 	}
