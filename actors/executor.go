@@ -68,6 +68,7 @@ type executor struct {
 	ready   fairQueue[*task]
 	tasks   map[string]*task // "run/seq" → the task, from submit until it is reported
 	release []string         // runs whose trainer to drop, in the worker
+	trim    bool             // evict every trainer not in use (the samplers need memory)
 	// stopping: no task starts any more (those not started stay pending on
 	// disk); the started ones run on until they end or drain's deadline.
 	stopping bool
@@ -102,7 +103,13 @@ type trainerState struct {
 	stateSeq     int64     // the last mutating operation applied
 	snapshotSeq  int64     // the newest snapshot written
 	lastSnapshot time.Time // compute since then decides the next snapshot
+	lastUsed     time.Time // the least recently used is evicted first
+	bytes        int64     // its share of the memory budget
 }
+
+// roomWait is how long an operation alone in the executor waits for
+// memory before it tries again.
+const roomWait = 20 * time.Millisecond
 
 // progressEvery spaces progress reports of one operation.
 const progressEvery = 250 * time.Millisecond
@@ -140,6 +147,11 @@ func (e *executor) Receive(ctx actor.Context) {
 		if r, err = decode[jobRef](in); err == nil {
 			e.cancel(r.RunID, r.SeqID)
 		}
+	case "exec.trim":
+		e.mu.Lock()
+		e.trim = true
+		e.mu.Unlock()
+		e.wake.Signal()
 	case "exec.release":
 		var r *jobRef
 		if r, err = decode[jobRef](in); err == nil {
@@ -238,10 +250,20 @@ func (e *executor) next() *task {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
-		for _, id := range e.release {
-			delete(e.trainers, id)
+		releases, trim := e.release, e.trim
+		e.release, e.trim = nil, false
+		e.mu.Unlock()
+		for _, id := range releases {
+			e.drop(id)
 		}
-		e.release = e.release[:0]
+		if trim { // the sampling executor is short of memory
+			for id, ts := range e.trainers {
+				if !e.pinned(ts) {
+					e.evict(id)
+				}
+			}
+		}
+		e.mu.Lock()
 		for {
 			t, ok := e.ready.pop()
 			if !ok {
@@ -276,8 +298,18 @@ func (e *executor) slice(t *task) {
 	})
 	switch {
 	case err != nil:
+		if errors.Is(err, errNoRoom) && t.ctx.Err() == nil { // wait for memory
+			e.mu.Lock()
+			alone := e.ready.len() == 0
+			e.ready.push(t.org, t)
+			e.mu.Unlock()
+			if alone {
+				time.Sleep(roomWait)
+			}
+			return
+		}
 		if errors.Is(err, errPanic) {
-			delete(e.trainers, j.RunID) // whatever it holds now is suspect: rebuild it
+			e.drop(j.RunID) // whatever it holds now is suspect: rebuild it
 		}
 		d = failure(t.ctx, err)
 	case d == nil: // more slices to go
@@ -324,6 +356,7 @@ func (e *executor) step(t *task) (*done, error) {
 	}
 	ts := t.ts
 	ts.tr.UseArena(e.arena)
+	ts.lastUsed = time.Now()
 	p := j.parsed
 	if p == nil {
 		var err error
@@ -557,12 +590,22 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 	}
 	// Built for an older activation (which a newer one fenced, perhaps in
 	// the middle of an operation), or at another state: rebuild it.
-	delete(e.trainers, j.RunID)
+	e.drop(j.RunID)
 	m, err := e.sys.model(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
-	ts = &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq}
+	need := trainerBytes(m.Cfg(), &j.LoRA)
+	if err := e.room(need, j.RunID); err != nil {
+		return nil, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			e.sys.mem.give(need)
+		}
+	}()
+	ts = &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq, bytes: need}
 	switch {
 	case j.SnapshotSeq > 0:
 		if ts.tr, err = train.LoadState(e.sys.volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
@@ -607,8 +650,73 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 		ts.stateSeq = op.SeqID
 	}
 	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(replay), "state_seq", j.StateSeq)
-	e.trainers[j.RunID] = ts
+	e.trainers[j.RunID], built = ts, true
 	return ts, nil
+}
+
+// room takes need bytes of the memory budget for run's trainer, evicting
+// the least recently used trainers that no operation is in the middle of
+// until it fits. When none is left to evict it asks the sampling executor
+// to let go of its idle adapters, and the operation waits (errNoRoom).
+func (e *executor) room(need int64, run string) error {
+	for !e.sys.mem.take(need) {
+		victim := ""
+		for id, ts := range e.trainers {
+			if id != run && !e.pinned(ts) && (victim == "" || ts.lastUsed.Before(e.trainers[victim].lastUsed)) {
+				victim = id
+			}
+		}
+		if victim == "" {
+			e.sys.send(e.sys.sampling, "samp.trim", struct{}{})
+			return errNoRoom
+		}
+		e.evict(victim)
+	}
+	return nil
+}
+
+// pinned reports whether an operation in progress holds ts (a pass between
+// two of its micro-batches).
+func (e *executor) pinned(ts *trainerState) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.tasks {
+		if t.ts == ts {
+			return true
+		}
+	}
+	return false
+}
+
+// evict lets a run's trainer go to free memory: to a snapshot first when
+// it is ahead of its last one and holds no gradient (the snapshot then
+// spares the run's next operation the replay), and the run records it.
+func (e *executor) evict(run string) {
+	ts := e.trainers[run]
+	if ts.stateSeq > ts.snapshotSeq && ts.tr.PendingGradients() == 0 {
+		if err := e.snapshot(run, ts); err != nil {
+			e.sys.log.Error("snapshot before eviction", "run", run, "err", err)
+		} else {
+			e.sys.tell(runKind, run, "run.snapshotted", snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
+		}
+	}
+	e.sys.log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)
+	e.drop(run)
+}
+
+// drop forgets a run's trainer and gives its memory back.
+func (e *executor) drop(run string) {
+	if ts := e.trainers[run]; ts != nil {
+		delete(e.trainers, run)
+		e.sys.mem.give(ts.bytes)
+	}
+}
+
+// snapshotted tells a run that its trainer was written as a snapshot at
+// SnapshotSeq (an eviction's): rebuilding it starts there.
+type snapshotted struct {
+	Epoch       uint64
+	SnapshotSeq int64
 }
 
 // checkReplay logs a replayed forward_backward whose loss differs from the

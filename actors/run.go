@@ -73,6 +73,11 @@ func (s *System) checkPayload(sub Submission, offered []string, baseModel string
 	if err := payload.CheckModel(parsed, m.Config); err != nil {
 		return nil, engineRefusal(err)
 	}
+	if kv := requestKV(m.Config, parsed); kv > 0 {
+		if err := s.mem.fits("the request's KV caches", kv); err != nil {
+			return nil, err
+		}
+	}
 	return parsed, nil
 }
 
@@ -188,6 +193,7 @@ func (g *runGrain) Receive(ctx actor.Context) {
 			"run.wake":          awake,
 			"run.busy":          func(actor.Context, msg) (any, error) { return g.busy(), nil },
 			"run.exec_started":  g.execStarted,
+			"run.snapshotted":   g.snapshotted,
 			"run.exec_done":     g.execDone,
 			"run.exec_progress": g.execProgress,
 		}
@@ -685,6 +691,19 @@ type done struct {
 
 	WeightVersion int64 // a weight version saved for the sampler
 	Handoff       bool  // a run-scoped sample goes on in the sampler
+}
+
+// snapshotted records a snapshot the executor wrote when it evicted the
+// run's trainer: the next rebuild starts there.
+func (g *runGrain) snapshotted(_ actor.Context, in msg) (any, error) {
+	sn, err := decode[snapshotted](in)
+	if err != nil || sn.Epoch != g.epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
+		return nil, err
+	}
+	return nil, g.write(func(_ *persistence.Tx, r *persistence.Run) error {
+		r.SnapshotSeq = sn.SnapshotSeq
+		return nil
+	})
 }
 
 // execStarted marks the operation the executor began executing.

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,9 @@ type samplingExecutor struct {
 	// cancelled holds cancels of jobs not here yet (a run-scoped sample
 	// waiting for its sampler's sync): such a job ends cancelled on arrival.
 	cancelled map[samplingRef]time.Time
+	waiting   []*samplingJob // jobs whose adapter waits for memory
+	lastTrim  time.Time      // when the trainer's executor was last asked for memory
+	lastRetry time.Time      // when the waiting jobs last tried again
 }
 
 // cancelKeep is how long a cancel waits for its job to arrive.
@@ -52,6 +56,7 @@ type samplingCmd struct {
 	job     *samplingJob
 	release string
 	cancel  *samplingRef
+	trim    bool // let go of the idle adapters: the trainers need memory
 }
 
 // samplingRef names a sampling job by the grain that hears its outcome and
@@ -70,7 +75,8 @@ type flight struct {
 	req       sampler.Request
 	stream    *sampler.Stream // once started
 	start     time.Time
-	cancelled bool // its operation was cancelled: it ends at the next step
+	cancelled bool  // its operation was cancelled: it ends at the next step
+	kv        int64 // the memory its KV caches took, once launched
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -78,6 +84,7 @@ type heldAdapter struct {
 	version int64
 	model   *transformer.Model[float32]
 	frozen  *transformer.Frozen[float32]
+	bytes   int64 // its share of the memory budget
 }
 
 // samplingJob is one piece of sampler work: a sync (Kind empty: load the
@@ -123,7 +130,19 @@ func (e *samplingExecutor) work() {
 	ar := transformer.NewArena[float32]()
 	open := true
 	for open || len(e.flying)+len(e.starting) > 0 {
-		if len(e.flying) == 0 && len(e.starting) == 0 {
+		switch {
+		case len(e.flying) > 0 || len(e.starting) > 0:
+		case len(e.waiting) > 0 && open: // for a command, or memory
+			select {
+			case c, ok := <-e.cmds.c:
+				if !ok {
+					open = false
+					continue
+				}
+				e.take(c)
+			case <-time.After(roomWait):
+			}
+		default:
 			c, ok := <-e.cmds.c
 			if !ok {
 				return
@@ -145,9 +164,15 @@ func (e *samplingExecutor) work() {
 		}
 		if e.cut.Load() {
 			for _, f := range append(e.flying, e.starting...) {
-				e.report(f.job, &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"}, f.start)
+				e.end(f, &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
 			}
 			return
+		}
+		if waiting := e.waiting; len(waiting) > 0 && !e.stopping.Load() && time.Since(e.lastRetry) >= roomWait {
+			e.waiting, e.lastRetry = nil, time.Now()
+			for _, j := range waiting {
+				e.begin(j)
+			}
 		}
 		e.launch()
 		e.step(ar)
@@ -171,17 +196,38 @@ func (e *samplingExecutor) drain(ctx context.Context) {
 // launch starts the sample requests taken since the last step, their
 // prompts prefilled together (one pass per base model).
 func (e *samplingExecutor) launch() {
-	groups := byModel(e.starting, func(f *flight) *transformer.Model[float32] { return f.held.model })
-	e.starting = e.starting[:0]
-	for _, fs := range groups {
+	var ready, later []*flight
+	for _, f := range e.starting {
+		switch {
+		case f.cancelled:
+			e.end(f, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"})
+		case f.kv > 0:
+			ready = append(ready, f)
+		default:
+			// The request's KV caches, sized before any is allocated; it
+			// waits for them when the budget is short.
+			c := f.held.model.Cfg()
+			kv := kvBytes(c, len(f.req.Prompt), f.req.NumSamples, f.req.Params.MaxTokens)
+			if !e.sys.mem.take(kv) {
+				later = append(later, f)
+				continue
+			}
+			f.kv = kv
+			ready = append(ready, f)
+		}
+	}
+	e.starting = later
+	if len(later) > 0 {
+		e.short()
+		if len(ready) == 0 && len(e.flying) == 0 {
+			time.Sleep(roomWait)
+		}
+	}
+	for _, fs := range byModel(ready, func(f *flight) *transformer.Model[float32] { return f.held.model }) {
 		var zs []*transformer.Frozen[float32]
 		var qs []sampler.Request
 		live := fs[:0]
 		for _, f := range fs {
-			if f.cancelled {
-				e.report(f.job, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, f.start)
-				continue
-			}
 			e.started(f.job)
 			zs, qs, live = append(zs, f.held.frozen), append(qs, f.req), append(live, f)
 		}
@@ -200,7 +246,7 @@ func (e *samplingExecutor) launch() {
 				ferr = errs[i]
 			}
 			if ferr != nil {
-				e.report(f.job, failure(context.Background(), ferr), f.start)
+				e.end(f, failure(context.Background(), ferr))
 				continue
 			}
 			f.stream = streams[i]
@@ -223,7 +269,10 @@ func (e *samplingExecutor) started(j *samplingJob) {
 func (e *samplingExecutor) take(c samplingCmd) {
 	switch {
 	case c.release != "":
-		delete(e.held, c.release)
+		e.drop(c.release)
+		return
+	case c.trim:
+		e.trimIdle("")
 		return
 	case c.cancel != nil:
 		found := false
@@ -246,14 +295,64 @@ func (e *samplingExecutor) take(c samplingCmd) {
 		return // not started: pending on disk, it runs after the next start
 	}
 	j := c.job
-	start := time.Now()
 	if _, ok := e.cancelled[j.ref()]; ok && j.Kind != "" {
 		delete(e.cancelled, j.ref())
-		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
+		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, time.Now())
 		return
 	}
+	e.begin(j)
+}
+
+// begin starts a job (start), guarded: a panic fails that job alone.
+func (e *samplingExecutor) begin(j *samplingJob) {
+	start := time.Now()
 	if err := guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
 		e.report(j, failure(context.Background(), err), start)
+	}
+}
+
+// end reports how a request in flight ended and gives its KV memory back.
+func (e *samplingExecutor) end(f *flight, d *done) {
+	e.sys.mem.give(f.kv)
+	f.kv = 0
+	e.report(f.job, d, f.start)
+}
+
+// short asks the trainer's executor, at most once a second, to evict its
+// idle trainers: the samplers are waiting for memory.
+func (e *samplingExecutor) short() {
+	if time.Since(e.lastTrim) >= time.Second {
+		e.lastTrim = time.Now()
+		e.sys.toExecutor("exec.trim", struct{}{})
+	}
+}
+
+// inUse reports whether a request in flight or about to start decodes
+// with h.
+func (e *samplingExecutor) inUse(h *heldAdapter) bool {
+	for _, f := range append(e.flying, e.starting...) {
+		if f.held == h {
+			return true
+		}
+	}
+	return false
+}
+
+// trimIdle lets go of every adapter that nothing decodes with, but the
+// one of sampler keep.
+func (e *samplingExecutor) trimIdle(keep string) {
+	for id, h := range e.held {
+		if id != keep && !e.inUse(h) {
+			e.drop(id)
+		}
+	}
+}
+
+// drop lets go of a sampler's adapter (the next job loads it again).
+func (e *samplingExecutor) drop(samplerID string) {
+	if h := e.held[samplerID]; h != nil {
+		delete(e.held, samplerID)
+		e.sys.mem.give(h.bytes)
 	}
 }
 
@@ -261,6 +360,10 @@ func (e *samplingExecutor) take(c samplingCmd) {
 // the requests to launch.
 func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 	h, err := e.adapter(j)
+	if errors.Is(err, errNoRoom) {
+		e.waiting = append(e.waiting, j)
+		return
+	}
 	switch {
 	case j.Kind == "":
 		rep := synced{Epoch: j.Epoch, Version: j.Version}
@@ -283,6 +386,13 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 	case *payload.SamplePayload:
 		e.starting = append(e.starting, &flight{job: j, held: h, req: p.Request(), start: start})
 	case *payload.LogprobsPayload:
+		kv := requestKV(h.model.Cfg(), p)
+		if !e.sys.mem.take(kv) {
+			e.short()
+			e.waiting = append(e.waiting, j)
+			return
+		}
+		defer e.sys.mem.give(kv)
 		e.started(j)
 		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
 		if err != nil {
@@ -319,16 +429,16 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 		}
 		switch {
 		case f.cancelled:
-			e.report(f.job, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}, f.start)
+			e.end(f, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"})
 		case err != nil:
-			e.report(f.job, failure(context.Background(), err), f.start)
+			e.end(f, failure(context.Background(), err))
 		case f.stream.Done():
 			res := f.stream.Result()
 			tokens := int64(len(f.req.Prompt)) // the prompt is metered with the generated tokens
 			for _, s := range res.Sequences {
 				tokens += int64(len(s.Tokens))
 			}
-			e.report(f.job, succeeded(sampleResult{res, f.job.Version}, tokens), f.start)
+			e.end(f, succeeded(sampleResult{res, f.job.Version}, tokens))
 		default:
 			left = append(left, f)
 		}
@@ -397,6 +507,8 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 		if err == nil {
 			e.cmds.put(samplingCmd{release: r.RunID}) // RunID carries the sampler id
 		}
+	case "samp.trim":
+		e.cmds.put(samplingCmd{trim: true})
 	case "samp.cancel":
 		r, err := decode[samplingRef](in)
 		if err == nil {
@@ -419,7 +531,16 @@ func (e *samplingExecutor) adapter(j *samplingJob) (*heldAdapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load weight version %d of %s: %w", j.Version, j.RunID, err)
 	}
-	h := &heldAdapter{version: j.Version, model: m, frozen: m.Freeze(ad)}
+	e.drop(j.SamplerID) // the version it held before
+	need := adapterBytes(m.Cfg(), ad.Cfg)
+	if !e.sys.mem.take(need) {
+		e.trimIdle(j.SamplerID)
+		if !e.sys.mem.take(need) {
+			e.short()
+			return nil, errNoRoom
+		}
+	}
+	h := &heldAdapter{version: j.Version, model: m, frozen: m.Freeze(ad), bytes: need}
 	e.held[j.SamplerID] = h
 	return h, nil
 }

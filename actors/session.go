@@ -334,8 +334,11 @@ func (g *sessionGrain) newRun(tx *persistence.Tx, ss *persistence.Session, req *
 	if req.LoRA.Rank > prof.MaxLoRARank {
 		return nil, refuse(CodeValidation, "lora.rank: must be at most %d", prof.MaxLoRARank)
 	}
-	if _, err := lora.New(m.Config, loraConfig(req.LoRA)); err != nil {
+	if err := loraConfig(req.LoRA).Validate(); err != nil {
 		return nil, refuse(CodeValidation, "lora: %v", err)
+	}
+	if err := g.sys.mem.fits("the run's trainer", trainerBytes(m.Config, req.LoRA)); err != nil {
+		return nil, err
 	}
 	if req.CheckpointID != "" {
 		cp, err := checkpointIn(tx, req.CheckpointID)

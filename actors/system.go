@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -63,6 +64,9 @@ type Config struct {
 	// Limits bound queues and live sessions and runs; the zero value is
 	// DefaultLimits.
 	Limits Limits
+	// MemoryBudget bounds the bytes of trainers, samplers' adapters and KV
+	// caches together (see memory); 0 is no bound.
+	MemoryBudget int64
 }
 
 // System is one node: the actor system, its single-member cluster, the
@@ -86,6 +90,7 @@ type System struct {
 	exportWake chan struct{} // tells the exporter there is work
 	models     models
 	adm        *admission
+	mem        *memory
 	// reports counts executors' reports sent and not yet handled by their
 	// grains: Stop waits for them, so that an outcome (or a cut) recorded
 	// during the drain reaches the store before it closes.
@@ -119,6 +124,9 @@ func Start(cfg Config) (*System, error) {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits()
 	}
+	if cfg.MemoryBudget <= 0 {
+		cfg.MemoryBudget = math.MaxInt64 / 2
+	}
 	vault, err := persistence.OpenVault(cfg.CredentialsKey)
 	if err != nil {
 		return nil, err
@@ -129,7 +137,7 @@ func Start(cfg Config) (*System, error) {
 	}
 	st.OnCommit(cfg.Metrics.Commit)
 	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
-		vault: vault, exportWake: make(chan struct{}, 1), adm: newAdmission(cfg.Limits)}
+		vault: vault, exportWake: make(chan struct{}, 1), adm: newAdmission(cfg.Limits), mem: &memory{limit: cfg.MemoryBudget}}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))

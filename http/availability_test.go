@@ -254,15 +254,7 @@ func TestSecretsStayOut(t *testing.T) {
 	key := n.keys["acme"]
 	u, _ := url.Parse(n.base)
 	for _, bad := range []string{"Bad Header\r\n", "Content-Length: x\r\n", "X-Thing: \x01\x02\r\n"} {
-		c, err := net.Dial("tcp", u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "POST /v1/training/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%sContent-Length: 2\r\n\r\n{}", key, bad)
-		raw, _ := io.ReadAll(bufio.NewReader(c))
-		c.Close()
-		reply := string(raw)
+		reply := rawRequest(t, u.Host, fmt.Sprintf("POST /v1/training/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%sContent-Length: 2\r\n\r\n{}", key, bad))
 		if !strings.HasPrefix(reply, "HTTP/1.1 400") || !strings.Contains(reply, `"code":"bad_request"`) || !strings.Contains(reply, `"request_id":"req_`) {
 			t.Errorf("malformed %q: %s", bad, reply)
 		}
@@ -270,9 +262,10 @@ func TestSecretsStayOut(t *testing.T) {
 			t.Errorf("the reply to a malformed %q holds the key: %s", bad, reply)
 		}
 	}
-	too := n.do("POST", v1+"/sessions", key, []byte(`{"request_id":"`+strings.Repeat("x", 2<<20)+`"}`))
-	if too.Status != 413 || too.code() != "payload_too_large" || too.str("request_id") == "" {
-		t.Errorf("413: %d %s", too.Status, too.Raw)
+	// A body past --max-body, announced by its Content-Length: refused
+	// before it is read, as the envelope with its request_id.
+	if reply := rawRequest(t, u.Host, fmt.Sprintf("POST /v1/training/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", key, 2<<20)); !strings.HasPrefix(reply, "HTTP/1.1 413") || !strings.Contains(reply, `"code":"payload_too_large"`) || !strings.Contains(reply, `"request_id":"req_`) {
+		t.Errorf("413: %s", reply)
 	}
 	n.want(n.do("GET", v1+"/sessions/wts_00000000000000000000000000000000", "", nil, "Authorization", "bearer "+key), 404, "not_found")
 	n.want(n.do("GET", v1+"/sessions/wts_00000000000000000000000000000000", "", nil, "Authorization", "BEARER "+key), 404, "not_found")
@@ -281,6 +274,20 @@ func TestSecretsStayOut(t *testing.T) {
 	if log := n.proc.Log(); strings.Contains(log, key[9:]) || !strings.Contains(log, "unreadable request") {
 		t.Errorf("the log holds the key, or not the refused requests:\n%s", log)
 	}
+}
+
+// rawRequest sends raw bytes to addr and returns all it answers.
+func rawRequest(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, raw)
+	b, _ := io.ReadAll(bufio.NewReader(c))
+	return string(b)
 }
 
 // With --drain 1s, a long sample (64 samples of up to 4,000 tokens on the
@@ -421,4 +428,63 @@ func TestFloodIsBounded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("%d refused submissions in the flood", flood)
+}
+
+// Under a memory budget that holds two trainers, four runs that train in
+// turns evict each other's trainers (to a snapshot) and rebuild them, with
+// the results of a node that never evicts; a run or a request that could
+// never fit is refused when it is made (capacity_exceeded).
+func TestMemoryBudget(t *testing.T) {
+	// The tiny model's rank-4 trainer takes 35 KiB: a 300 KB budget leaves
+	// ~100 KiB beside the weights (GOMEMLIMIT is set apart, or the
+	// collector would run all the time).
+	n := newNode(t, "--memory-budget", "300000", "env:GOMEMLIMIT=4GiB", "--log-level", "info")
+	free := newNode(t)
+	key := n.keys["acme"]
+	const runs, rounds = 4, 3
+	var got [runs][]string
+	rids := make([]string, runs)
+	for i := range rids {
+		_, rids[i] = n.session(key, fmt.Sprint("mem", i))
+	}
+	_, control := free.session(free.keys["acme"], "control")
+	var want []string
+	for round := range rounds {
+		for i, rid := range rids {
+			for k, o := range []struct {
+				kind    string
+				payload any
+			}{{"forward_backward", batch(4, 30, round)}, {"optim_step", adam}} {
+				seq := 2*round + k + 1
+				r := n.do("POST", v1+"/runs/"+rid+"/operations", key, op(seq, fmt.Sprint("k", seq), o.kind, o.payload))
+				n.want(r, 202, "")
+				got[i] = append(got[i], n.results(key, []string{r.str("id")})...)
+				if i == 0 {
+					c := free.do("POST", v1+"/runs/"+control+"/operations", free.keys["acme"], op(seq, fmt.Sprint("k", seq), o.kind, o.payload))
+					want = append(want, free.results(free.keys["acme"], []string{c.str("id")})...)
+				}
+			}
+		}
+	}
+	for i := range runs {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Errorf("run %d under the budget:\n%v\nwant (never evicted):\n%v", i, got[i], want)
+		}
+	}
+	if log := n.proc.Log(); !strings.Contains(log, "trainer evicted") || !strings.Contains(log, "trainer rebuilt") {
+		t.Error("no trainer was evicted and rebuilt under the budget")
+	}
+
+	s := n.do("POST", v1+"/sessions", key, map[string]any{"request_id": "big"})
+	big := n.do("POST", v1+"/sessions/"+s.str("id")+"/runs", key, map[string]any{
+		"request_id": "big", "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"rank": 64, "train_mlp": true, "train_attn": true}})
+	n.want(big, 422, "capacity_exceeded")
+	sample := map[string]any{"prompt": map[string]any{"token_ids": []int{1, 2, 3}}, "parameters": params(100, 1, 0), "num_samples": 64}
+	n.want(n.do("POST", v1+"/runs/"+rids[0]+"/operations", key, op(2*rounds+1, "s", "sample", sample)), 422, "capacity_exceeded")
+	sample["num_samples"], sample["parameters"] = 2, params(8, 1, 0)
+	ok := n.do("POST", v1+"/runs/"+rids[0]+"/operations", key, op(2*rounds+1, "s2", "sample", sample))
+	n.want(ok, 202, "")
+	if r := n.poll(key, ok.str("id")); r.str("status") != "succeeded" {
+		t.Errorf("a sample that fits: %s", r.Raw)
+	}
 }

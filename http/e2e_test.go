@@ -93,8 +93,17 @@ func newNodeWith(t *testing.T, preset string, extra ...string) *node {
 
 func (n *node) start() {
 	n.t.Helper()
-	args := append([]string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn"}, n.extra...)
+	args := []string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn"}
+	env := os.Environ()
+	for _, x := range n.extra {
+		if kv, ok := strings.CutPrefix(x, "env:"); ok { // an environment variable, not a flag
+			env = append(env, kv)
+		} else {
+			args = append(args, x)
+		}
+	}
 	n.cmd = exec.Command(binary, args...)
+	n.cmd.Env = env
 	p, err := service.Start(n.cmd)
 	if err != nil {
 		n.t.Fatal(err)

@@ -61,6 +61,7 @@ var statuses = map[string]int{
 	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
 	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
 	actors.CodeQueueFull:              fasthttp.StatusTooManyRequests,
+	actors.CodeCapacity:               fasthttp.StatusUnprocessableEntity,
 	actors.CodeLimitExceeded:          fasthttp.StatusTooManyRequests,
 	actors.CodeInternal:               fasthttp.StatusInternalServerError,
 

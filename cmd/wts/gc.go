@@ -23,17 +23,21 @@ const defaultGCPercent = 400
 // collector runs as often as it must, whatever GOGC says.
 const memoryShare = 0.75
 
-// tuneGC applies the defaults above where the operator has not chosen.
-func tuneGC(log *slog.Logger) {
+// defaultBudget is the node's memory budget unless --memory-budget sets
+// one: memoryShare of the machine's memory (or its cgroup's limit), 0 when
+// that is unknown.
+func defaultBudget() int64 { return int64(memoryShare * float64(totalMemory())) }
+
+// tuneGC applies the defaults above where the operator has not chosen; the
+// soft limit (GOMEMLIMIT) is the node's memory budget.
+func tuneGC(log *slog.Logger, budget int64) {
 	gogc, set := os.LookupEnv("GOGC")
 	if !set {
 		debug.SetGCPercent(defaultGCPercent)
 		gogc = strconv.Itoa(defaultGCPercent)
 	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		if total := totalMemory(); total > 0 {
-			debug.SetMemoryLimit(int64(memoryShare * float64(total)))
-		}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && budget > 0 {
+		debug.SetMemoryLimit(budget)
 	}
 	log.Info("garbage collector", "gogc", gogc, "memory_limit_bytes", debug.SetMemoryLimit(-1)) // -1 reads the limit
 }

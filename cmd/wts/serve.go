@@ -67,6 +67,7 @@ func serveCmd(args []string) error {
 	fs.Int64Var(&lim.QueueBytes, "max-queue-bytes", lim.QueueBytes, "bytes of queued operations' records the node holds in memory")
 	fs.IntVar(&lim.OrgSessions, "max-live-sessions", lim.OrgSessions, "live sessions per organization; more get 429 limit_exceeded")
 	fs.IntVar(&lim.OrgRuns, "max-live-runs", lim.OrgRuns, "live runs per organization")
+	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	tuneGC(log)
+	tuneGC(log, *budget)
 	if *engineNice < 0 || *engineNice > 19 {
 		return fmt.Errorf("--engine-nice %d: want 0 to 19", *engineNice)
 	}
@@ -97,12 +98,19 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	var weights int64
 	for _, n := range catalog.Names() {
 		m, _ := catalog.Lookup(n)
+		weights += 4 * m.Config.Values() // held as float32
 		log.Info("catalog model", "base_model", n, "model_revision", m.Revision, "dir", m.Dir)
 	}
+	engine, err := enginePool(*budget, weights)
+	if err != nil {
+		return err
+	}
+	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
 	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle,
-		CredentialsKey: *credentialsKey, Limits: lim})
+		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine})
 	if err != nil {
 		return err
 	}
@@ -159,6 +167,22 @@ func serveCmd(args []string) error {
 	sys.Stop(ctx)
 	log.Info("stopped")
 	return err
+}
+
+// enginePool is the part of a node's memory budget left for trainers,
+// samplers' adapters and KV caches: the budget less the models' weights and
+// a quarter held back for the API, the store, the engine's activation
+// buffers and the collector's headroom. A budget of 0 (unknown machine
+// memory) bounds nothing.
+func enginePool(budget, weights int64) (int64, error) {
+	if budget <= 0 {
+		return 0, nil
+	}
+	pool := budget - budget/4 - weights
+	if pool <= 0 {
+		return 0, fmt.Errorf("--memory-budget %d MiB leaves nothing for trainers and samplers beside %d MiB of model weights and a quarter held back", budget>>20, weights>>20)
+	}
+	return pool, nil
 }
 
 // listenAdmin opens the admin socket in the data folder, owner-only. A

@@ -92,6 +92,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Values is the number of values an adapter of this configuration has
+// over a model of configuration mc: rank × (in + out) for each targeted
+// module of each layer, and for lm_head. Memory budgets are sized from it
+// before anything is allocated.
+func (c Config) Values(mc model.Config) int64 {
+	var n int64
+	for m := Module(0); m < NumModules; m++ {
+		if c.Modules[m] {
+			out, in := m.Dims(mc)
+			n += int64(mc.Layers) * int64(c.Rank) * int64(in+out)
+		}
+	}
+	if c.LMHead {
+		n += int64(c.Rank) * int64(mc.Vocab+mc.Hidden)
+	}
+	return n
+}
+
 // Pair is one target's factors.
 type Pair[F gemm.Float] struct {
 	A       []F // [Rank, In]

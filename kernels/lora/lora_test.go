@@ -161,3 +161,23 @@ func FuzzLoadPEFTConfig(f *testing.F) {
 		}
 	})
 }
+
+// Values counts exactly the values an adapter holds.
+func TestValuesCountsParams(t *testing.T) {
+	mc := model.Presets["tiny"]
+	for _, targets := range [][3]bool{{true, false, false}, {false, true, false}, {true, true, true}} {
+		cfg := Config{Rank: 3, Alpha: 8}
+		cfg.Targets(targets[0], targets[1], targets[2])
+		a, err := New(mc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, p := range a.Params() {
+			n += int64(len(p.Data))
+		}
+		if got := cfg.Values(mc); got != n {
+			t.Errorf("%v: Values %d, the adapter holds %d", targets, got, n)
+		}
+	}
+}

@@ -168,3 +168,26 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// Values counts every value a loaded model holds.
+func TestConfigValues(t *testing.T) {
+	for _, preset := range []string{"tiny", "tiny-qwen2", "tiny-qwen3"} {
+		dir := t.TempDir()
+		if err := Generate(preset, 1, dir, safetensors.F32); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, s := range w.specs() {
+			if s.name != "lm_head.weight" || !w.Cfg.TieEmbed {
+				n += int64(len(*s.dst))
+			}
+		}
+		if got := w.Cfg.Values(); got != n {
+			t.Errorf("%s: Values %d, loaded %d", preset, got, n)
+		}
+	}
+}

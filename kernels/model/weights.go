@@ -220,3 +220,17 @@ func widen[F gemm.Float](s []F) []float64 {
 	}
 	return out
 }
+
+// Values is the number of values the weights of configuration c hold (the
+// tensors specs lists), so that memory can be planned before loading.
+func (c Config) Values() int64 {
+	var n int64
+	for _, s := range (&Weights[float32]{Cfg: c}).specs() {
+		v := int64(1)
+		for _, d := range s.shape {
+			v *= int64(d)
+		}
+		n += v
+	}
+	return n
+}
