@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto
+.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak
 
 build:
 	$(GO) build ./...
@@ -63,6 +63,15 @@ bench-api: build
 bench-sample: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/samplebench --wts bin/wts
+
+# Soak: 10 minutes of mixed load from three organizations against a node
+# that is killed (kill -9) or stopped (SIGTERM) at random and restarted;
+# prints acknowledged, lost, duplicated, runs interrupted, 429s, p99 latency
+# and peak RSS against the memory budget, and fails on any loss,
+# duplicate, internal error or a peak past the budget.
+soak: build
+	$(GO) build -o bin/wts ./cmd/wts
+	$(GO) run ./bench/soak --wts bin/wts
 
 # Engine benchmarks: GEMM beside its peer shapes, then training and decode
 # throughput on the small model and on the Qwen3-0.6B shape.

@@ -1,9 +1,6 @@
 package actors
 
-import (
-	"fmt"
-	"sync"
-)
+import "sync"
 
 // Limits bound what a node takes on, so that no flood of submissions and no
 // tenant can grow its backlog, its memory or its share without end. A
@@ -134,9 +131,9 @@ func (a *admission) close(org, what string) {
 	}
 }
 
-// String describes the counts, for logs.
-func (a *admission) String() string {
+// queued is the node's load.
+func (a *admission) queued() queued {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return fmt.Sprintf("%d operations queued (%d MiB) in %d organizations", a.node.ops, a.node.bytes>>20, len(a.orgs))
+	return a.node
 }

@@ -278,6 +278,16 @@ func outcome(in msg, epoch uint64, executing int64) (*done, error) {
 	return d, nil
 }
 
+// startReport decodes an executor's word that an operation began, kept
+// only when it is about the one this activation has executing.
+func startReport(in msg, epoch uint64, executing int64) (*started, error) {
+	st, err := decode[started](in)
+	if err != nil || st.Epoch != epoch || st.SeqID != executing {
+		return nil, err
+	}
+	return st, nil
+}
+
 // endWith ends op as report d says, with its result and its usage at
 // prices p; trainer: it ran on the run's trainer (see recordUsage).
 func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {

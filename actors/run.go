@@ -180,6 +180,9 @@ type runGrain struct {
 	// queued operations this activation accepted, for the jobs that start
 	// them; an entry leaves when its seq_id leaves the queue.
 	parsed map[int64]payload.Parsed
+	// dispatched: this activation has given the executor a job (the first
+	// is marked executing at once, see executor.markStarted).
+	dispatched bool
 }
 
 func (g *runGrain) Receive(ctx actor.Context) {
@@ -226,7 +229,7 @@ func (g *runGrain) activate() error {
 		}
 		r.NextSeqID = h.NextSeqID
 		wasTerminal := Terminal(RunMoves, r.Status)
-		g.queue, g.parsed, g.executing = g.queue[:0], map[int64]payload.Parsed{}, 0
+		g.queue, g.parsed, g.executing, g.dispatched = g.queue[:0], map[int64]payload.Parsed{}, 0, false
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
@@ -653,6 +656,7 @@ func (g *runGrain) started(a advanced) {
 	}
 	g.queue = g.queue[a.taken:]
 	if a.job != nil {
+		a.job.First, g.dispatched = !g.dispatched, true
 		g.executing = a.job.SeqID
 		g.sys.toExecutor("exec.job", a.job)
 	}
@@ -708,8 +712,8 @@ func (g *runGrain) snapshotted(_ actor.Context, in msg) (any, error) {
 
 // execStarted marks the operation the executor began executing.
 func (g *runGrain) execStarted(_ actor.Context, in msg) (any, error) {
-	st, err := decode[started](in)
-	if err != nil || st.Epoch != g.epoch || st.SeqID != g.executing {
+	st, err := startReport(in, g.epoch, g.executing)
+	if st == nil {
 		return nil, err
 	}
 	return nil, g.write(func(tx *persistence.Tx, _ *persistence.Run) error {

@@ -391,8 +391,8 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 
 // execStarted marks the operation the sampling executor began.
 func (g *samplerGrain) execStarted(_ actor.Context, in msg) (any, error) {
-	st, err := decode[started](in)
-	if err != nil || st.Epoch != g.epoch || st.SeqID != g.executing {
+	st, err := startReport(in, g.epoch, g.executing)
+	if st == nil {
 		return nil, err
 	}
 	return nil, g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {

@@ -136,8 +136,17 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	st.OnCommit(cfg.Metrics.Commit)
+	adm, mem := newAdmission(cfg.Limits), &memory{limit: cfg.MemoryBudget}
+	cfg.Metrics.Gauge("wts_operations_queued", "Operations queued or executing on the node (bounded by --max-queue-node).",
+		func() float64 { return float64(adm.queued().ops) })
+	cfg.Metrics.Gauge("wts_operations_queued_bytes", "Bytes of queued operations' records held in memory (bounded by --max-queue-bytes).",
+		func() float64 { return float64(adm.queued().bytes) })
+	cfg.Metrics.Gauge("wts_memory_budget_used_bytes", "Memory taken by trainers, samplers' adapters and KV caches.",
+		func() float64 { return float64(mem.inUse()) })
+	cfg.Metrics.Gauge("wts_memory_budget_bytes", "The node's budget for trainers, samplers' adapters and KV caches.",
+		func() float64 { return float64(mem.limit) })
 	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
-		vault: vault, exportWake: make(chan struct{}, 1), adm: newAdmission(cfg.Limits), mem: &memory{limit: cfg.MemoryBudget}}
+		vault: vault, exportWake: make(chan struct{}, 1), adm: adm, mem: mem}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))

@@ -42,6 +42,17 @@ func start(t *testing.T, reg *providers.Registry, data string) *System {
 	return s
 }
 
+// startClocked starts a node whose clock runs offset ahead of time.Now.
+func startClocked(t *testing.T, offset *atomic.Int64) (*System, func() time.Time) {
+	t.Helper()
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, err := Start(Config{DataDir: t.TempDir(), Registry: registry(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
 func batch(seed int) json.RawMessage {
 	toks := make([]int, 12)
 	for i := range toks {
@@ -180,11 +191,7 @@ func TestSeqAndIdempotency(t *testing.T) {
 // a heartbeat or an accepted operation pushes the lease back first.
 func TestLeaseExpiry(t *testing.T) {
 	var offset atomic.Int64 // how far the test has moved the clock
-	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s, err := Start(Config{DataDir: t.TempDir(), Registry: registry(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := startClocked(t, &offset)
 	defer s.Stop(context.Background())
 	ss, run := newRun(t, s)
 	ttl := time.Duration(ss.IdleTTLSeconds) * time.Second

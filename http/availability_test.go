@@ -97,6 +97,18 @@ func (n *node) trainingQueue(key, rid string, pairs, datums, seed int) []string 
 	return ids
 }
 
+// trainingRuns makes runs runs, each with a training queue of pairs, and
+// returns their ids and their operations' ids.
+func (n *node) trainingRuns(key, name string, runs, pairs, seed int) ([]string, [][]string) {
+	n.t.Helper()
+	rids, ids := make([]string, runs), make([][]string, runs)
+	for i := range runs {
+		_, rids[i] = n.session(key, fmt.Sprint(name, i))
+		ids[i] = n.trainingQueue(key, rids[i], pairs, 64, seed)
+	}
+	return rids, ids
+}
+
 // results is each operation's status and loss:sum (grad_norm for a step),
 // once all have ended.
 func (n *node) results(key string, ids []string) []string {
@@ -148,11 +160,7 @@ func TestKillRestart(t *testing.T) {
 	n := newNode(t)
 	key := n.keys["acme"]
 	const runs, pairs = 5, 4
-	rids, ids := make([]string, runs), make([][]string, runs)
-	for i := range runs {
-		_, rids[i] = n.session(key, fmt.Sprint("kill", i))
-		ids[i] = n.trainingQueue(key, rids[i], pairs, 64, 10)
-	}
+	rids, ids := n.trainingRuns(key, "kill", runs, pairs, 10)
 	if !n.waitExecuting(key, rids...) {
 		t.Fatal("every operation ended before the kill")
 	}
@@ -197,11 +205,7 @@ func TestSigtermKeepsQueues(t *testing.T) {
 	n := newNode(t, "--drain", "300ms")
 	key := n.keys["acme"]
 	const runs, pairs = 6, 3
-	rids, ids := make([]string, runs), make([][]string, runs)
-	for i := range runs {
-		_, rids[i] = n.session(key, fmt.Sprint("term", i))
-		ids[i] = n.trainingQueue(key, rids[i], pairs, 64, 20)
-	}
+	rids, ids := n.trainingRuns(key, "term", runs, pairs, 20)
 	n.waitExecuting(key, rids...)
 	start := time.Now()
 	n.stop()

@@ -92,3 +92,8 @@ func (m *Metrics) Commit(writes, pages int, took time.Duration) {
 	m.commitPages.Add(float64(pages))
 	m.commitSeconds.Observe(took.Seconds())
 }
+
+// Gauge registers a gauge whose value read reads at each scrape.
+func (m *Metrics) Gauge(name, help string, read func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, read))
+}

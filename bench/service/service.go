@@ -114,15 +114,7 @@ func Build(wts string) string {
 // `wts serve` at warn level (a log line per request would be measured too)
 // with the extra flags.
 func Serve(wts, data, preset string, extra ...string) *Process {
-	os.RemoveAll(data)
-	dir := filepath.Join(data, preset)
-	if err := model.Generate(preset, 1, dir, safetensors.F32); err != nil {
-		log.Fatal(err)
-	}
-	rev, err := providers.Revision(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
+	dir, rev := Prepare(data, preset)
 	out, err := exec.Command(wts, "keys", "create", "--org", "bench", "--data", data).Output()
 	if err != nil {
 		log.Fatalf("keys create: %v", err)
@@ -134,6 +126,21 @@ func Serve(wts, data, preset string, extra ...string) *Process {
 	}
 	p.Key, p.Model, p.Revision, p.ModelDir = strings.TrimSpace(string(out)), preset, rev, dir
 	return p
+}
+
+// Prepare empties the data folder and generates the preset model in it;
+// it returns the model's folder and its revision.
+func Prepare(data, preset string) (dir, revision string) {
+	os.RemoveAll(data)
+	dir = filepath.Join(data, preset)
+	if err := model.Generate(preset, 1, dir, safetensors.F32); err != nil {
+		log.Fatal(err)
+	}
+	revision, err := providers.Revision(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return dir, revision
 }
 
 // Call sends a JSON request and decodes the JSON answer, which must have

@@ -28,8 +28,14 @@ const memoryShare = 0.75
 // that is unknown.
 func defaultBudget() int64 { return int64(memoryShare * float64(totalMemory())) }
 
+// limitShare is the part of the node's memory budget its soft limit
+// (GOMEMLIMIT) is set to: with GOGC at 400 the heap grows to the limit
+// before the collector works hard, and the limit is soft, so it sits below
+// the budget, which the node's resident memory must stay within.
+const limitShare = 0.9
+
 // tuneGC applies the defaults above where the operator has not chosen; the
-// soft limit (GOMEMLIMIT) is the node's memory budget.
+// soft limit (GOMEMLIMIT) follows the node's memory budget.
 func tuneGC(log *slog.Logger, budget int64) {
 	gogc, set := os.LookupEnv("GOGC")
 	if !set {
@@ -37,7 +43,7 @@ func tuneGC(log *slog.Logger, budget int64) {
 		gogc = strconv.Itoa(defaultGCPercent)
 	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && budget > 0 {
-		debug.SetMemoryLimit(budget)
+		debug.SetMemoryLimit(int64(limitShare * float64(budget)))
 	}
 	log.Info("garbage collector", "gogc", gogc, "memory_limit_bytes", debug.SetMemoryLimit(-1)) // -1 reads the limit
 }

@@ -67,7 +67,7 @@ func serveCmd(args []string) error {
 	fs.Int64Var(&lim.QueueBytes, "max-queue-bytes", lim.QueueBytes, "bytes of queued operations' records the node holds in memory")
 	fs.IntVar(&lim.OrgSessions, "max-live-sessions", lim.OrgSessions, "live sessions per organization; more get 429 limit_exceeded")
 	fs.IntVar(&lim.OrgRuns, "max-live-runs", lim.OrgRuns, "live runs per organization")
-	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
+	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT is 0.9 of it unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,0 +1,109 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wts-project/wts/persistence"
+)
+
+// markExecutingOnDisk rewrites a stopped node's operation as the node leaves one
+// it dies under: executing, after attempts crashes.
+func markExecutingOnDisk(t *testing.T, data, run string, seq, attempts int64) {
+	t.Helper()
+	st, err := persistence.Open(filepath.Join(data, "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.Update(func(tx *persistence.Tx) error {
+		var op persistence.Operation
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(run, seq), &op); err != nil {
+			return err
+		}
+		op.Status, op.Result, op.ErrorCode, op.ErrorMessage, op.Usage, op.Attempts = OpExecuting, nil, nil, nil, nil, attempts
+		return tx.Put(persistence.Ops, persistence.SeqKey(run, seq), &op)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An operation found executing at start goes back to the queue and runs
+// again, with the result a node that never stopped gives; one the node
+// died under for the third time fails interrupted instead, and, since it
+// changes the trainer, so does its run.
+func TestExecutingAtStartRunsAgain(t *testing.T) {
+	reg := registry(t)
+	data := t.TempDir()
+	s := start(t, reg, data)
+	_, run := newRun(t, s)
+	first := loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
+	s.Stop(context.Background())
+
+	markExecutingOnDisk(t, data, run.ID, 1, 1)
+	s = start(t, reg, data)
+	op := wait(t, s, mustOpID(t, s, run.ID, 1))
+	if loss(t, op) != first || op.Attempts != 2 {
+		t.Fatalf("re-run: loss %v (first %v), attempts %d", loss(t, op), first, op.Attempts)
+	}
+	s.Stop(context.Background())
+
+	markExecutingOnDisk(t, data, run.ID, 1, maxAttempts-1)
+	s = start(t, reg, data)
+	defer s.Stop(context.Background())
+	op = wait(t, s, mustOpID(t, s, run.ID, 1))
+	if op.Status != OpFailed || *op.ErrorCode != CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(maxAttempts)) {
+		t.Fatalf("third crash: %s %v %v", op.Status, op.ErrorCode, op.ErrorMessage)
+	}
+	if r, _ := s.GetRun(tenant, run.ID); r.Status != RunInterrupted {
+		t.Fatalf("run %s", r.Status)
+	}
+}
+
+func mustOpID(t *testing.T, s *System, run string, seq int64) string {
+	t.Helper()
+	p, err := s.ListOperations(tenant, run, seq-1, 1)
+	if err != nil || len(p.Items) != 1 {
+		t.Fatal(err, p)
+	}
+	return p.Items[0].ID
+}
+
+// A session's lease does not run out while its run has work queued or
+// executing: the sweep extends it, and a submission past the lease is
+// taken.
+func TestBusyRunKeepsLease(t *testing.T) {
+	var offset atomic.Int64
+	s, clock := startClocked(t, &offset)
+	defer s.Stop(context.Background())
+	ss, run := newRun(t, s)
+	var data []string
+	for i := range 4096 {
+		data = append(data, fmt.Sprintf(`{"model_input":{"token_ids":[%d,5,9,3,7,1,2,4,6,8,10,12,14,16,18,20]},"loss_fn_inputs":{"target_tokens":[5,9,3,7,1,2,4,6,8,10,12,14,16,18,20,22]}}`, i%60))
+	}
+	long := json.RawMessage(`{"data":[` + strings.Join(data, ",") + `]}`)
+	acc, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 1, IdempotencyKey: "long", RequestHash: "h", Kind: "forward", Payload: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset.Add(int64(time.Duration(ss.IdleTTLSeconds+60) * time.Second))
+	if _, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "next", RequestHash: "h2", Kind: "forward", Payload: batch(2)}); err != nil {
+		t.Fatalf("a submission past the lease while the run is busy: %v", err)
+	}
+	s.expireSessions()
+	got, _ := s.GetSession(tenant, ss.ID)
+	if op, _ := s.GetOperation(tenant, acc.Op.ID); Terminal(OpMoves, op.Status) {
+		t.Skip("the long forward ended before the sweep") // nothing was busy to prove it
+	}
+	if got.Status != SessionReady || !got.LeaseExpiresAt.After(clock()) {
+		t.Fatalf("session %s, lease until %v (now %v)", got.Status, got.LeaseExpiresAt, clock())
+	}
+	wait(t, s, acc.Op.ID)
+}

@@ -1,0 +1,449 @@
+// Command soak runs a wts node under mixed load from several organizations
+// for a while, and kills it (kill -9) or stops it (SIGTERM) at random
+// moments and starts it again on the same data folder. At the end it lets
+// every operation settle and checks the record against what the clients
+// were told:
+//
+//   - lost: an acknowledged operation (a 202 with its id) that is missing,
+//     or another one in its place;
+//   - duplicated: an optim_step applied twice (a run's optimizer step
+//     numbers must count 1, 2, 3, … over its succeeded optim_steps);
+//   - runs interrupted, operations failed by code, 429s answered;
+//   - submission latency p50/p99 and the node's peak RSS (VmHWM) beside
+//     its --memory-budget.
+//
+// It exits 1 when anything was lost or duplicated, an operation failed
+// internal_error, or the peak RSS passed the budget.
+//
+//	go run ./bench/soak --wts bin/wts [--duration 10m] [--orgs 3] [--runs 3] [--preset small] [--budget 805306368]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/wts-project/wts/bench/service"
+)
+
+const v1 = "/v1/training"
+
+func main() {
+	wts := flag.String("wts", "", "the wts binary (default: build it)")
+	duration := flag.Duration("duration", 10*time.Minute, "how long the load and the restarts go on")
+	orgs := flag.Int("orgs", 3, "organizations, each with its own key")
+	runs := flag.Int("runs", 3, "runs (one client each) per organization")
+	dataDir := flag.String("data", "./build/soak", "the node's data folder (emptied first)")
+	preset := flag.String("preset", "small", "the generated model")
+	budget := flag.Int64("budget", 768<<20, "the node's --memory-budget in bytes; the peak RSS must stay within it")
+	minGap := flag.Duration("min-gap", 15*time.Second, "least time between two restarts")
+	maxGap := flag.Duration("max-gap", 45*time.Second, "most time between two restarts")
+	seed := flag.Uint64("seed", 1, "seed of the restarts' timing and kind")
+	flag.Parse()
+
+	bin := service.Build(*wts)
+	n := newNode(bin, *dataDir, *preset, *budget)
+	keys := make([]string, *orgs)
+	for i := range keys {
+		keys[i] = n.key(fmt.Sprint("org", i))
+	}
+	n.start()
+
+	var clients []*client
+	for o, key := range keys {
+		for r := range *runs {
+			clients = append(clients, &client{n: n, key: key, name: fmt.Sprintf("org%d-run%d", o, r), rng: rand.New(rand.NewPCG(*seed, uint64(len(clients))))})
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.load(stop) }()
+	}
+	kills, terms := n.chaos(*duration, *minGap, *maxGap, rand.New(rand.NewPCG(*seed, 99)))
+	close(stop)
+	wg.Wait()
+
+	// One clean restart, then every operation settles.
+	n.restart(syscall.SIGTERM)
+	settled := n.settle(clients)
+	var r report
+	for _, c := range clients {
+		c.check(&r)
+	}
+	n.signal(syscall.SIGTERM)
+	n.wait()
+	slices.Sort(n.latencies)
+	fmt.Printf("soak: %v, %d organizations × %d runs on %s, %d kill -9 and %d SIGTERM restarts\n\n", *duration, *orgs, *runs, *preset, kills, terms)
+	fmt.Printf("%-28s %d\n", "acknowledged", r.acknowledged)
+	fmt.Printf("%-28s %d\n", "lost", r.lost)
+	fmt.Printf("%-28s %d\n", "duplicated", r.duplicated)
+	fmt.Printf("%-28s %d of %d\n", "runs interrupted", r.interrupted, len(clients))
+	fmt.Printf("%-28s %d\n", "429 answered", n.throttled.Load())
+	fmt.Printf("%-28s %v\n", "operations ended by status", r.statuses)
+	fmt.Printf("%-28s %v\n", "failed or cancelled by code", r.codes)
+	fmt.Printf("%-28s p50 %.2f ms, p99 %.2f ms (%d submissions)\n", "submission latency", service.Percentile(n.latencies, 0.5), service.Percentile(n.latencies, 0.99), len(n.latencies))
+	fmt.Printf("%-28s %d MiB (budget %d MiB)\n", "peak RSS", n.peak.Load()>>20, *budget>>20)
+	fmt.Printf("%-28s %v\n", "settled after the load", settled)
+	if r.lost > 0 || r.duplicated > 0 || r.codes["internal_error"] > 0 || n.peak.Load() > *budget {
+		fmt.Println("\nFAIL")
+		os.Exit(1)
+	}
+	fmt.Println("\nPASS")
+}
+
+// node is the server under test, restarted on the same data folder and
+// port.
+type node struct {
+	bin, data, addr string
+	args            []string
+	mu              sync.Mutex
+	proc            *service.Process
+	cmd             *exec.Cmd
+	peak            atomic.Int64 // the largest VmHWM seen, over every process
+	throttled       atomic.Int64
+	latMu           sync.Mutex
+	latencies       []time.Duration
+	revision, model string
+}
+
+func newNode(bin, data, preset string, budget int64) *node {
+	dir, rev := service.Prepare(data, preset)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return &node{bin: bin, data: data, addr: addr, revision: rev, model: preset,
+		args: []string{"serve", "--data", data, "--addr", addr, "--model", preset + "=" + dir, "--log-level", "warn",
+			"--memory-budget", strconv.FormatInt(budget, 10), "--drain", "2s", "--max-queue-run", "64"}}
+}
+
+func (n *node) key(org string) string {
+	out, err := exec.Command(n.bin, "keys", "create", "--org", org, "--data", n.data).Output()
+	if err != nil {
+		log.Fatalf("keys create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (n *node) start() {
+	cmd := exec.Command(n.bin, n.args...)
+	p, err := service.Start(cmd)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n.mu.Lock()
+	n.proc, n.cmd = p, cmd
+	n.mu.Unlock()
+	go n.watch(cmd)
+}
+
+// watch follows a process's peak resident memory until it exits.
+func (n *node) watch(cmd *exec.Cmd) {
+	for {
+		hwm := vmHWM(cmd.Process.Pid)
+		if hwm < 0 {
+			return
+		}
+		for {
+			old := n.peak.Load()
+			if hwm <= old || n.peak.CompareAndSwap(old, hwm) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// vmHWM is a process's peak resident set, -1 once it is gone.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || strings.Contains(string(b), "State:\tZ") {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+func (n *node) signal(s syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cmd.Process.Signal(s)
+}
+
+func (n *node) wait() {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	cmd.Wait()
+}
+
+// restart stops the node with s and starts it again.
+func (n *node) restart(s syscall.Signal) {
+	n.signal(s)
+	n.wait()
+	n.start()
+}
+
+// chaos restarts the node at random moments until d has passed: kill -9
+// or SIGTERM, evenly.
+func (n *node) chaos(d, minGap, maxGap time.Duration, r *rand.Rand) (kills, terms int) {
+	end := time.Now().Add(d)
+	for {
+		gap := minGap + time.Duration(r.Int64N(int64(maxGap-minGap)+1))
+		if time.Now().Add(gap).After(end) {
+			time.Sleep(time.Until(end))
+			return
+		}
+		time.Sleep(gap)
+		if r.IntN(2) == 0 {
+			kills++
+			n.restart(syscall.SIGKILL)
+		} else {
+			terms++
+			n.restart(syscall.SIGTERM)
+		}
+	}
+}
+
+// do sends one request, retried while the node is away; it returns the
+// status and body of the answer.
+func (n *node) do(method, path, key string, body []byte) (int, []byte, time.Duration) {
+	for {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + n.addr + path)
+		req.Header.SetMethod(method)
+		req.Header.Set("Authorization", "Bearer "+key)
+		if body != nil {
+			req.Header.SetContentType("application/json")
+			req.SetBodyRaw(body)
+		}
+		start := time.Now()
+		err := fasthttp.DoTimeout(req, resp, 2*time.Minute)
+		took := time.Since(start)
+		status, out := resp.StatusCode(), append([]byte(nil), resp.Body()...)
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if err != nil || status == 503 {
+			time.Sleep(100 * time.Millisecond) // the node is restarting
+			continue
+		}
+		return status, out, took
+	}
+}
+
+// client drives one run: it submits a mix of operations in seq_id order,
+// each retried unchanged until it is acknowledged.
+type client struct {
+	n         *node
+	key, name string
+	rng       *rand.Rand
+	run       string
+	acked     map[int64]string // seq_id → the operation id the node answered
+	kinds     map[int64]string
+	ended     string // the run's status once it refused operations
+}
+
+func (c *client) load(stop <-chan struct{}) {
+	c.acked, c.kinds = map[int64]string{}, map[int64]string{}
+	s := c.create(v1+"/sessions", `{"request_id":"`+c.name+`","idle_ttl_s":3600}`)
+	c.run = c.create(v1+"/sessions/"+s+"/runs", fmt.Sprintf(`{"request_id":"r","base_model":%q,"model_revision":%q,"lora":{"rank":8}}`, c.n.model, c.n.revision))
+	for seq := int64(1); ; seq++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		kind, payload := c.pick(seq)
+		body := service.Operation(int(seq), fmt.Sprint("k", seq), kind, payload)
+		for {
+			status, out, took := c.n.do("POST", v1+"/runs/"+c.run+"/operations", c.key, body)
+			switch {
+			case status == 202:
+				c.acked[seq], c.kinds[seq] = field(out, "id"), kind
+				c.n.latMu.Lock()
+				c.n.latencies = append(c.n.latencies, took)
+				c.n.latMu.Unlock()
+			case status == 429:
+				c.n.throttled.Add(1)
+				time.Sleep(time.Duration(100+c.rng.IntN(400)) * time.Millisecond)
+				continue
+			case status == 409 && strings.Contains(string(out), "run_not_accepting"):
+				c.ended = string(out)
+				return
+			default:
+				log.Fatalf("%s seq %d: %d %s", c.name, seq, status, out)
+			}
+			break
+		}
+	}
+}
+
+// pick is operation seq's kind and payload: training pairs, with a
+// forward or a run-scoped sample now and then.
+func (c *client) pick(seq int64) (string, any) {
+	tokens := func(n int) []int {
+		t := make([]int, n)
+		for i := range t {
+			t[i] = int((seq*7 + int64(i)*13) % 64)
+		}
+		return t
+	}
+	datum := func() map[string]any {
+		t := tokens(33)
+		return map[string]any{"model_input": map[string]any{"token_ids": t[:32]}, "loss_fn_inputs": map[string]any{"target_tokens": t[1:]}}
+	}
+	switch {
+	case seq%10 == 0:
+		return "sample", map[string]any{"prompt": map[string]any{"token_ids": tokens(4)}, "num_samples": 2,
+			"parameters": map[string]any{"max_tokens": 16, "temperature": 0.8, "top_p": 0.95, "top_k": -1, "seed": seq}}
+	case seq%10 == 5:
+		return "forward", map[string]any{"data": []any{datum(), datum()}}
+	case seq%2 == 1:
+		return "forward_backward", map[string]any{"data": []any{datum(), datum(), datum(), datum()}}
+	}
+	return "optim_step", map[string]any{"adam_params": map[string]any{"learning_rate": 1e-3}}
+}
+
+// create makes a session or run (idempotent on its request_id) and returns
+// its id.
+func (c *client) create(path, body string) string {
+	status, out, _ := c.n.do("POST", path, c.key, []byte(body))
+	if status != 200 && status != 201 {
+		log.Fatalf("%s %s: %d %s", c.name, path, status, out)
+	}
+	return field(out, "id")
+}
+
+// settle waits until no operation of any client's run is pending or
+// executing.
+func (n *node) settle(clients []*client) time.Duration {
+	start := time.Now()
+	for _, c := range clients {
+		for {
+			busy := false
+			for _, o := range c.ops() {
+				if s := o["status"]; s == "pending" || s == "executing" || s == "parked" {
+					busy = true
+				}
+			}
+			if !busy {
+				break
+			}
+			if time.Since(start) > 10*time.Minute {
+				log.Fatalf("%s: operations still running 10 minutes after the load", c.name)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return time.Since(start).Round(time.Millisecond)
+}
+
+// ops lists every operation of the client's run.
+func (c *client) ops() []map[string]any {
+	var all []map[string]any
+	after := 0
+	for {
+		status, out, _ := c.n.do("GET", fmt.Sprintf("%s/runs/%s/operations?after_seq=%d&limit=500", v1, c.run, after), c.key, nil)
+		if status != 200 {
+			log.Fatalf("%s list: %d %s", c.name, status, out)
+		}
+		var page struct {
+			Items []map[string]any `json:"items"`
+			Next  int              `json:"next_after_seq"`
+		}
+		if err := json.Unmarshal(out, &page); err != nil {
+			log.Fatal(err)
+		}
+		all = append(all, page.Items...)
+		if len(page.Items) < 500 {
+			return all
+		}
+		after = page.Next
+	}
+}
+
+type report struct {
+	acknowledged, lost, duplicated, interrupted int
+	statuses, codes                             map[string]int
+}
+
+// check compares the run's record with what the client was told.
+func (c *client) check(r *report) {
+	if r.statuses == nil {
+		r.statuses, r.codes = map[string]int{}, map[string]int{}
+	}
+	bySeq := map[int64]map[string]any{}
+	for _, o := range c.ops() {
+		bySeq[int64(o["seq_id"].(float64))] = o
+		r.statuses[o["status"].(string)]++
+		if code, ok := o["error_code"].(string); ok {
+			r.codes[code]++
+		}
+	}
+	r.acknowledged += len(c.acked)
+	for seq, id := range c.acked {
+		if o := bySeq[seq]; o == nil || o["id"] != id {
+			r.lost++
+			log.Printf("%s: acknowledged operation %s (seq %d) is not in the record: %v", c.name, id, seq, o)
+		}
+	}
+	seqs := slices.Sorted(func(yield func(int64) bool) {
+		for s := range bySeq {
+			if !yield(s) {
+				return
+			}
+		}
+	})
+	step := 0.0
+	for _, seq := range seqs {
+		o := bySeq[seq]
+		if o["kind"] != "optim_step" || o["status"] != "succeeded" {
+			continue
+		}
+		got := o["result"].(map[string]any)["metrics"].(map[string]any)["step"].(float64)
+		if step++; got != step {
+			r.duplicated++
+			log.Printf("%s: optim_step seq %d took step %v, the %vth succeeded one", c.name, seq, got, step)
+			step = got
+		}
+	}
+	status, out, _ := c.n.do("GET", v1+"/runs/"+c.run, c.key, nil)
+	if status == 200 && field(out, "status") == "interrupted" {
+		r.interrupted++
+	}
+	if c.ended != "" {
+		log.Printf("%s: the run stopped taking operations: %s", c.name, c.ended)
+	}
+}
+
+func field(body []byte, name string) string {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return ""
+	}
+	s, _ := m[name].(string)
+	return s
+}
