@@ -112,6 +112,10 @@ type trainerState struct {
 	bytes        int64     // its share of the memory budget
 }
 
+// faultHook runs before every slice; tests make it panic to show that a
+// fault in one operation fails that operation alone.
+var faultHook = func(*job) {}
+
 // roomWait is how long an operation alone in the executor waits for
 // memory before it tries again.
 const roomWait = 20 * time.Millisecond
@@ -292,15 +296,21 @@ func (e *executor) next() *task {
 // reports how it ended.
 func (e *executor) slice(t *task) {
 	j := t.j
-	if t.started.IsZero() && t.ctx.Err() == nil {
+	var d *done
+	var err error
+	switch {
+	case t.started.IsZero() && t.ctx.Err() != nil:
+		d = &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
+	case t.started.IsZero():
 		t.started = time.Now()
 		e.markStarted(t)
 	}
-	var d *done
-	err := guard(e.sys.log, "executor "+j.Kind, func() (err error) {
-		d, err = e.step(t)
-		return err
-	})
+	if d == nil {
+		err = guard(e.sys.log, "executor "+j.Kind, func() (err error) {
+			d, err = e.step(t)
+			return err
+		})
+	}
 	switch {
 	case err != nil:
 		if errors.Is(err, errNoRoom) && t.ctx.Err() == nil { // wait for memory
@@ -370,6 +380,7 @@ func (e *executor) step(t *task) (*done, error) {
 	if err := t.ctx.Err(); err != nil {
 		return nil, err
 	}
+	faultHook(j)
 	if t.ts == nil {
 		ts, err := e.trainer(t.ctx, j)
 		if err != nil {

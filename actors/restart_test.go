@@ -107,3 +107,27 @@ func TestBusyRunKeepsLease(t *testing.T) {
 	}
 	wait(t, s, acc.Op.ID)
 }
+
+// A panic while executing an operation fails that operation alone with
+// internal_error: the node, the other runs and the same run's next
+// operations go on.
+func TestPanicFailsOneOperation(t *testing.T) {
+	faultHook = func(j *job) {
+		if j.Kind == "forward" && j.SeqID == 2 {
+			panic("injected fault")
+		}
+	}
+	defer func() { faultHook = func(*job) {} }()
+	s := start(t, registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := newRun(t, s)
+	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
+	bad := submit(t, s, run.ID, 2, "forward", batch(2))
+	if bad.Status != OpFailed || *bad.ErrorCode != CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
+		t.Fatalf("the panicking operation: %s %v %v", bad.Status, bad.ErrorCode, bad.ErrorMessage)
+	}
+	loss(t, submit(t, s, run.ID, 3, "forward", batch(3)))
+	if r, _ := s.GetRun(tenant, run.ID); r.Status != RunRunning {
+		t.Fatalf("run %s after a failed forward", r.Status)
+	}
+}
