@@ -303,7 +303,6 @@ func (e *executor) slice(t *task) {
 		d = &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
 	case t.started.IsZero():
 		t.started = time.Now()
-		e.markStarted(t)
 	}
 	if d == nil {
 		err = guard(e.sys.log, "executor "+j.Kind, func() (err error) {
@@ -355,12 +354,14 @@ func (e *executor) slice(t *task) {
 // a sixth of the submissions/s in bench/apibench).
 const markAfter = 20 * time.Millisecond
 
-// markStarted tells the run that t began: at once for the first operation
-// of a run activation (after a restart it is the one the node may have died
-// under, and a crash loop must be counted however fast it crashes),
-// markAfter later for the others, unless they have ended by then. So a
-// restart finds executing only what was really running, and the attempts
-// of an operation that keeps taking the node down are counted.
+// markStarted tells the run that t's own work began, its trainer ready
+// (rebuilding it replays operations that ran before: a node that dies then
+// is not this operation's doing): at once for the first operation of a run
+// activation (after a restart it is the one the node may have died under,
+// and a crash loop must be counted however fast it crashes), markAfter
+// later for the others, unless they have ended by then. So a restart finds
+// executing only what was really running, and the attempts of an operation
+// that keeps taking the node down are counted.
 func (e *executor) markStarted(t *task) {
 	j := t.j
 	report := func() { e.sys.report(runKind, j.RunID, "run.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID}) }
@@ -387,6 +388,7 @@ func (e *executor) step(t *task) (*done, error) {
 			return nil, err
 		}
 		t.ts = ts
+		e.markStarted(t)
 		last := time.Now() // the first report after progressEvery: short work writes none
 		t.ctx = train.WithProgress(t.ctx, func(doneTokens, total int) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {

@@ -3,6 +3,8 @@ package actors
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -55,6 +57,7 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			"sampler.run_ended":      g.runEnd,
 			"sampler.retire":         g.retire,
 			"sampler.wake":           awake,
+			"sampler.cancel_op":      g.cancelOp,
 		}
 		g.load = func() (string, int, int64) {
 			n := len(g.queue)
@@ -502,6 +505,64 @@ func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
 	}
 	var out Accepted
 	return &out, s.call(samplerKind, sub.Target, "sampler.submit", sub, &out)
+}
+
+// CancelOperation cancels one sampler operation: a queued (pending or
+// parked) one at once, an executing one at its next decoding step; one
+// that has ended is answered as it is. A run's operations are ordered, so
+// they are cancelled with their run (POST /runs/{id}/cancel), not one by
+// one.
+func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.Operation, error) {
+	op, err := s.GetOperation(t, id)
+	if err != nil {
+		return nil, err
+	}
+	var key []byte
+	if err := s.store.View(func(tx *persistence.Tx) error {
+		_, err := tx.Get(persistence.Index, []byte(id), &key)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	owner := string(key[:max(0, len(key)-8)])
+	if !strings.HasPrefix(owner, SamplerPrefix) {
+		return nil, refuse(CodeInvalidState, "operation %s is run %s's: a run's operations are ordered, so cancel the run (POST /v1/training/runs/%s/cancel)", id, op.RunID, op.RunID)
+	}
+	if Terminal(OpMoves, op.Status) {
+		return op, nil
+	}
+	var out persistence.Operation
+	return &out, s.call(samplerKind, owner, "sampler.cancel_op", op.SeqID, &out)
+}
+
+// cancelOp cancels operation seq of the sampler (see CancelOperation).
+func (g *samplerGrain) cancelOp(_ actor.Context, in msg) (any, error) {
+	seq, err := decode[int64](in)
+	if err != nil {
+		return nil, err
+	}
+	if *seq == g.executing {
+		g.sys.toSamplingCancel(samplingRef{samplerKind, g.id, *seq})
+	}
+	var op *persistence.Operation
+	err = g.write(func(tx *persistence.Tx, _ *persistence.Sampler) error {
+		var err error
+		if op, err = g.op(tx, *seq); err != nil || Terminal(OpMoves, op.Status) || *seq == g.executing {
+			return err
+		}
+		settle(op, OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now())
+		return g.putOp(tx, op)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if op.Status == OpCancelled {
+		g.queue = slices.DeleteFunc(g.queue, func(q int64) bool { return q == *seq })
+		g.kick()
+	}
+	c := *op
+	c.Payload = nil
+	return &c, nil
 }
 
 // retire ends the sampler with its run: queued operations are cancelled,

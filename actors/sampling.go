@@ -294,18 +294,18 @@ func (e *samplingExecutor) take(c samplingCmd) {
 	case e.stopping.Load():
 		return // not started: pending on disk, it runs after the next start
 	}
-	j := c.job
-	if _, ok := e.cancelled[j.ref()]; ok && j.Kind != "" {
-		delete(e.cancelled, j.ref())
-		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, time.Now())
-		return
-	}
-	e.begin(j)
+	e.begin(c.job)
 }
 
-// begin starts a job (start), guarded: a panic fails that job alone.
+// begin starts a job (start), guarded: a panic fails that job alone. A job
+// cancelled before it came (or while it waited for memory) ends so.
 func (e *samplingExecutor) begin(j *samplingJob) {
 	start := time.Now()
+	if _, ok := e.cancelled[j.ref()]; ok && j.Kind != "" {
+		delete(e.cancelled, j.ref())
+		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
+		return
+	}
 	if err := guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
 		e.report(j, failure(context.Background(), err), start)
 	}

@@ -492,3 +492,45 @@ func TestMemoryBudget(t *testing.T) {
 		t.Errorf("a sample that fits: %s", r.Raw)
 	}
 }
+
+// A sampler operation's cancel stops its decoding at the next step; a
+// queued one is cancelled at once; a run's operation is cancelled only
+// with its run.
+func TestCancelSamplerOperation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates the small model")
+	}
+	n := newNodeWith(t, "small")
+	key := n.keys["acme"]
+	_, rid := n.session(key, "cancel")
+	w := n.do("POST", v1+"/runs/"+rid+"/operations", key, op(1, "w", "save_weights_for_sampler", map[string]any{}))
+	n.want(w, 202, "")
+	n.poll(key, w.str("id"))
+	sm := n.do("GET", v1+"/runs/"+rid, key, nil).str("sampler_id")
+	long := map[string]any{"prompt": map[string]any{"token_ids": []int{1, 5, 9}}, "parameters": params(4000, 1, 0), "num_samples": 64}
+	first := n.do("POST", v1+"/samplers/"+sm+"/operations", key, op(1, "a", "sample", long))
+	second := n.do("POST", v1+"/samplers/"+sm+"/operations", key, op(2, "b", "sample", long))
+	n.want(first, 202, "")
+	n.want(second, 202, "")
+	deadline := time.Now().Add(30 * time.Second)
+	for n.do("GET", v1+"/operations/"+first.str("id"), key, nil).str("status") != "executing" {
+		if time.Now().After(deadline) {
+			t.Fatal("the sample did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	queued := n.do("POST", v1+"/operations/"+second.str("id")+"/cancel", key, map[string]any{"request_id": "c2"})
+	n.want(queued, 202, "")
+	if queued.str("status") != "cancelled" {
+		t.Errorf("a queued sample's cancel: %s", queued.Raw)
+	}
+	cancelled := time.Now()
+	n.want(n.do("POST", v1+"/operations/"+first.str("id")+"/cancel", key, map[string]any{"request_id": "c1"}), 202, "")
+	if r := n.poll(key, first.str("id")); r.str("status") != "cancelled" {
+		t.Errorf("an executing sample's cancel: %s", r.Raw)
+	}
+	if took := time.Since(cancelled); took > 5*time.Second {
+		t.Errorf("the cancel took %v to stop the decoding", took)
+	}
+	n.want(n.do("POST", v1+"/operations/"+w.str("id")+"/cancel", key, map[string]any{"request_id": "c3"}), 409, "state_conflict")
+}

@@ -176,6 +176,22 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.A
 	}
 }
 
+// cancelOperation cancels one sampler operation (see
+// actors.System.CancelOperation); the answer is the operation as it is
+// then: cancelled, or executing until its next decoding step.
+func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	id, _, err := requestTarget(ctx, t, "operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)
+	if err != nil {
+		return err
+	}
+	op, err := s.sys.CancelOperation(t, id)
+	if err != nil {
+		return err
+	}
+	write(ctx, fasthttp.StatusAccepted, op)
+	return nil
+}
+
 // retire answers retire with the run's retire reply.
 func (s *Server) retire(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	id, requestID, err := requestTarget(ctx, t, "run_id", actors.RunPrefix, "run", s.sys.GetRun)

@@ -176,6 +176,7 @@ func (s *Server) router() *router.Router {
 	r.GET(v1+"/exports/{export_id}", s.api(byID("export_id", actors.ExportPrefix, "export", s.sys.GetExport)))
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(runPage(s.sys.Metrics)))
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
+	r.POST(v1+"/operations/{operation_id}/cancel", s.api(s.cancelOperation))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
 	r.GET("/metrics", func(ctx *fasthttp.RequestCtx) { s.prometheus(ctx) })
