@@ -81,7 +81,7 @@ var RunMoves = map[string][]string{
 var OpMoves = map[string][]string{
 	OpParked:    {OpPending, OpCancelled, OpFailed},
 	OpPending:   {OpExecuting, OpSucceeded, OpCancelled, OpFailed},
-	OpExecuting: {OpSucceeded, OpFailed, OpCancelled},
+	OpExecuting: {OpSucceeded, OpFailed, OpCancelled, OpPending}, // pending: the node stopped under it (it runs again)
 	OpSucceeded: {},
 	OpFailed:    {},
 	OpCancelled: {},
