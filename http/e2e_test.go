@@ -287,9 +287,8 @@ func (n *node) poll(key, id string) *reply {
 	return nil
 }
 
-// checkPrometheus reads /metrics (no key needed) and checks the samples in
-// want exactly and that the named series are present.
-func (n *node) checkPrometheus(want map[string]float64, present ...string) {
+// scrape reads /metrics (no key needed): each series' value, and the text.
+func (n *node) scrape() (map[string]float64, []byte) {
 	n.t.Helper()
 	resp, err := http.Get(n.base + "/metrics")
 	if err != nil {
@@ -308,6 +307,14 @@ func (n *node) checkPrometheus(want map[string]float64, present ...string) {
 			got[line[:i]] = v
 		}
 	}
+	return got, raw
+}
+
+// checkPrometheus reads /metrics (no key needed) and checks the samples in
+// want exactly and that the named series are present.
+func (n *node) checkPrometheus(want map[string]float64, present ...string) {
+	n.t.Helper()
+	got, raw := n.scrape()
 	for series, v := range want {
 		if got[series] != v {
 			n.t.Errorf("%s = %v, want %v", series, got[series], v)
