@@ -203,6 +203,15 @@ func (e *executor) submit(j *job) {
 	e.wake.Signal()
 }
 
+// forget drops an ended task (under e.mu); a newer activation's task of
+// the same operation may have taken its key already.
+func (e *executor) forget(t *task) {
+	key := jobKey(t.j.RunID, t.j.SeqID)
+	if e.tasks[key] == t {
+		delete(e.tasks, key)
+	}
+}
+
 func (e *executor) cancel(runID string, seq int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -279,7 +288,7 @@ func (e *executor) next() *task {
 				break
 			}
 			if e.stopping && t.started.IsZero() {
-				delete(e.tasks, jobKey(t.j.RunID, t.j.SeqID))
+				e.forget(t)
 				t.cancel(errStopping)
 				continue
 			}
@@ -342,7 +351,7 @@ func (e *executor) slice(t *task) {
 		t.mark.Stop()
 	}
 	e.mu.Lock()
-	delete(e.tasks, jobKey(j.RunID, j.SeqID))
+	e.forget(t)
 	e.mu.Unlock()
 	e.sys.report(runKind, j.RunID, "run.exec_done", d)
 }
