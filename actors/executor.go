@@ -55,7 +55,8 @@ type job struct {
 // executor runs the engine for every run on this node, one slice of work
 // at a time on its worker (the engine already uses every core): a slice is
 // one micro-batch of a forward or forward_backward (train.Pass), or a whole
-// other operation, or rebuilding a trainer. Between slices it takes turns
+// other operation, or loading a trainer's base state or replaying one
+// operation on it (trainer). Between slices it takes turns
 // between organizations (fairQueue), so a tenant's small forward waits for
 // at most one slice of another's large batch, never for the batch or the
 // backlog behind it. Its mailbox stays free meanwhile, so cancels and
@@ -93,6 +94,7 @@ type task struct {
 	started time.Time   // zero until its first slice
 	mark    *time.Timer // tells the run it started, unless it ends first
 	ts      *trainerState
+	rb      *rebuild    // its run's trainer being rebuilt, before ts
 	pass    *train.Pass // a forward or forward_backward in progress
 }
 
@@ -350,6 +352,10 @@ func (e *executor) slice(t *task) {
 	if t.mark != nil {
 		t.mark.Stop()
 	}
+	if t.rb != nil { // ended in the middle of a rebuild
+		e.sys.mem.give(t.rb.ts.bytes)
+		t.rb = nil
+	}
 	e.mu.Lock()
 	e.forget(t)
 	e.mu.Unlock()
@@ -392,9 +398,9 @@ func (e *executor) step(t *task) (*done, error) {
 	}
 	faultHook(j)
 	if t.ts == nil {
-		ts, err := e.trainer(t.ctx, j)
-		if err != nil {
-			return nil, err
+		ts, err := e.trainer(t)
+		if err != nil || ts == nil {
+			return nil, err // nil, nil: rebuilding, more to replay
 		}
 		t.ts = ts
 		e.markStarted(t)
@@ -632,17 +638,60 @@ func (e *executor) saveWeights(ts *trainerState, j *job) (int64, error) {
 // the newest snapshot, then every succeeded mutating operation after it,
 // replayed in order from the store. The engine is deterministic, so the
 // replayed state is the one the operations produced; each replayed loss is
-// compared with the recorded one to show it.
-func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
-	ts := e.trainers[j.RunID]
-	switch {
-	case ts != nil && j.Epoch < ts.epoch:
-		return nil, errFenced // a newer activation of the run has it
-	case ts != nil && j.Epoch == ts.epoch && ts.stateSeq == j.StateSeq:
-		return ts, nil
+// compared with the recorded one to show it. A rebuild goes one replayed
+// operation per slice (trainer returns nil until it is done), so that a
+// long replay takes turns with other organizations' work like any other.
+func (e *executor) trainer(t *task) (*trainerState, error) {
+	j := t.j
+	if t.rb == nil {
+		ts := e.trainers[j.RunID]
+		switch {
+		case ts != nil && j.Epoch < ts.epoch:
+			return nil, errFenced // a newer activation of the run has it
+		case ts != nil && j.Epoch == ts.epoch && ts.stateSeq == j.StateSeq:
+			return ts, nil
+		}
+		rb, err := e.startRebuild(j)
+		if err != nil {
+			return nil, err
+		}
+		if t.rb = rb; len(rb.replay) > 0 {
+			return nil, nil
+		}
 	}
-	// Built for an older activation (which a newer one fenced, perhaps in
-	// the middle of an operation), or at another state: rebuild it.
+	rb := t.rb
+	if rb.done < len(rb.replay) {
+		op := rb.replay[rb.done]
+		out, err := e.apply(t.ctx, rb.ts, j, op.ID, op.Kind, op.Payload, nil)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
+		}
+		e.checkReplay(op, out.result)
+		rb.ts.stateSeq = op.SeqID
+		if rb.done++; rb.done < len(rb.replay) {
+			return nil, nil
+		}
+	}
+	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(rb.replay), "state_seq", j.StateSeq)
+	e.trainers[j.RunID], t.rb = rb.ts, nil
+	return rb.ts, nil
+}
+
+// rebuild is a run's trainer being rebuilt for a task: its base state
+// (snapshot, checkpoint or a fresh adapter), the operations to replay on
+// it, and how many have been. Its memory is taken when it starts and given
+// back if the task ends before it is done.
+type rebuild struct {
+	ts     *trainerState
+	replay []*persistence.Operation
+	done   int
+}
+
+// startRebuild drops the run's trainer (built for an older activation,
+// which a newer one fenced, perhaps in the middle of an operation, or at
+// another state), takes memory for a new one, loads its base state and
+// lists the operations to replay.
+func (e *executor) startRebuild(j *job) (*rebuild, error) {
 	e.drop(j.RunID)
 	m, err := e.sys.model(j.BaseModel)
 	if err != nil {
@@ -652,59 +701,48 @@ func (e *executor) trainer(ctx context.Context, j *job) (*trainerState, error) {
 	if err := e.room(need, j.RunID); err != nil {
 		return nil, err
 	}
-	built := false
-	defer func() {
-		if !built {
-			e.sys.mem.give(need)
-		}
-	}()
-	ts = &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq, bytes: need}
+	ts := &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq, bytes: need}
+	rb := &rebuild{ts: ts}
 	switch {
 	case j.SnapshotSeq > 0:
 		if ts.tr, err = train.LoadState(e.sys.volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
-			return nil, fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
+			err = fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
 		}
 	case j.FromCheckpoint:
 		if ts.tr, err = train.LoadState(e.sys.volume.InitialDir(j.RunID), m); err != nil {
-			return nil, fmt.Errorf("load the initial state of %s: %w", j.RunID, err)
+			err = fmt.Errorf("load the initial state of %s: %w", j.RunID, err)
 		}
 	default:
-		ad, err := lora.New(m.Cfg(), loraConfig(&j.LoRA))
-		if err != nil {
-			return nil, err
+		var ad *lora.Adapter[float32]
+		if ad, err = lora.New(m.Cfg(), loraConfig(&j.LoRA)); err == nil {
+			ts.tr = train.NewTrainer(m, ad)
 		}
-		ts.tr = train.NewTrainer(m, ad)
 	}
-	var replay []*persistence.Operation
-	err = e.sys.store.View(func(tx *persistence.Tx) error {
-		return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
-			op := new(persistence.Operation)
-			if err := persistence.Decode(raw, op); err != nil {
-				return false, err
-			}
-			if op.SeqID > j.StateSeq {
-				return false, nil
-			}
-			if op.Status == OpSucceeded && payload.Mutates(op.Kind) {
-				replay = append(replay, op)
-			}
-			return true, nil
+	if err == nil {
+		err = e.sys.store.View(func(tx *persistence.Tx) error {
+			return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
+				op := new(persistence.Operation)
+				if err := persistence.Decode(raw, op); err != nil {
+					return false, err
+				}
+				if op.SeqID > j.StateSeq {
+					return false, nil
+				}
+				if op.Status == OpSucceeded && payload.Mutates(op.Kind) {
+					rb.replay = append(rb.replay, op)
+				}
+				return true, nil
+			})
 		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read operations to replay: %w", err)
-	}
-	for _, op := range replay {
-		out, err := e.apply(ctx, ts, j, op.ID, op.Kind, op.Payload, nil)
 		if err != nil {
-			return nil, fmt.Errorf("replay %s seq %d of %s: %w", op.Kind, op.SeqID, j.RunID, err)
+			err = fmt.Errorf("read operations to replay: %w", err)
 		}
-		e.checkReplay(op, out.result)
-		ts.stateSeq = op.SeqID
 	}
-	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(replay), "state_seq", j.StateSeq)
-	e.trainers[j.RunID], built = ts, true
-	return ts, nil
+	if err != nil {
+		e.sys.mem.give(need)
+		return nil, err
+	}
+	return rb, nil
 }
 
 // room takes need bytes of the memory budget for run's trainer, evicting
