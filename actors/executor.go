@@ -324,11 +324,7 @@ func (e *executor) slice(t *task) {
 	switch {
 	case err != nil:
 		if errors.Is(err, errNoRoom) && t.ctx.Err() == nil { // wait for memory
-			e.mu.Lock()
-			alone := e.ready.len() == 0
-			e.ready.push(t.org, t)
-			e.mu.Unlock()
-			if alone {
+			if e.backInLine(t) {
 				time.Sleep(roomWait)
 			}
 			return
@@ -338,9 +334,7 @@ func (e *executor) slice(t *task) {
 		}
 		d = failure(t.ctx, err)
 	case d == nil: // more slices to go
-		e.mu.Lock()
-		e.ready.push(t.org, t)
-		e.mu.Unlock()
+		e.backInLine(t)
 		return
 	}
 	took := time.Duration(0)
@@ -360,6 +354,16 @@ func (e *executor) slice(t *task) {
 	e.forget(t)
 	e.mu.Unlock()
 	e.sys.report(runKind, j.RunID, "run.exec_done", d)
+}
+
+// backInLine puts t back in its organization's line for its next turn, and
+// says whether it is alone there.
+func (e *executor) backInLine(t *task) (alone bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	alone = e.ready.len() == 0
+	e.ready.push(t.org, t)
+	return alone
 }
 
 // markAfter is how long an operation runs before the executor tells its
@@ -481,7 +485,7 @@ func (e *executor) succeeded(t *task, out *applied) (*done, error) {
 	return d, nil
 }
 
-// started is the executor's word that an operation's first slice began.
+// started is the executor's word that an operation's own work began.
 type started struct {
 	Epoch uint64
 	SeqID int64

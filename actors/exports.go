@@ -84,7 +84,7 @@ func (s *System) CreateExport(req NewExport) (*ExportReply, bool, error) {
 	var ex *persistence.Export
 	var created bool
 	err = s.store.Update(func(tx *persistence.Tx) (err error) {
-		ex, created, err = once(tx, key, persistence.Exports, fresh.ID, fresh)
+		ex, created, err = once(tx, key, persistence.Exports, fresh.ID, fresh, nil)
 		return err
 	})
 	if err != nil {

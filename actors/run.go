@@ -233,11 +233,13 @@ func (g *runGrain) activate() error {
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			switch {
-			case op.Status == OpExecuting && !Terminal(RunMoves, r.Status) && requeue(op, now):
-				g.queue = append(g.queue, op.SeqID)
-			case op.Status == OpExecuting:
+			case op.Status == OpExecuting && Terminal(RunMoves, r.Status):
 				failInterrupted(op, now)
-				if payload.Mutates(op.Kind) && !Terminal(RunMoves, r.Status) {
+			case op.Status == OpExecuting && requeue(op, now):
+				g.queue = append(g.queue, op.SeqID)
+			case op.Status == OpExecuting: // its last attempt
+				failInterrupted(op, now)
+				if payload.Mutates(op.Kind) {
 					r.ErrorCode = CodeInterrupted
 					move(RunMoves, &r.Status, RunInterrupted)
 				}

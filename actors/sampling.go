@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -163,7 +164,7 @@ func (e *samplingExecutor) work() {
 			}
 		}
 		if e.cut.Load() {
-			for _, f := range append(e.flying, e.starting...) {
+			for _, f := range e.requests() {
 				e.end(f, &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
 			}
 			return
@@ -224,23 +225,18 @@ func (e *samplingExecutor) launch() {
 		}
 	}
 	for _, fs := range byModel(ready, func(f *flight) *transformer.Model[float32] { return f.held.model }) {
-		var zs []*transformer.Frozen[float32]
-		var qs []sampler.Request
-		live := fs[:0]
-		for _, f := range fs {
+		zs, qs := make([]*transformer.Frozen[float32], len(fs)), make([]sampler.Request, len(fs))
+		for i, f := range fs {
 			e.started(f.job)
-			zs, qs, live = append(zs, f.held.frozen), append(qs, f.req), append(live, f)
-		}
-		if len(live) == 0 {
-			continue
+			zs[i], qs[i] = f.held.frozen, f.req
 		}
 		var streams []*sampler.Stream
 		var errs []error
 		err := guard(e.sys.log, "sampling prefill", func() error {
-			streams, errs = sampler.StartMany(live[0].held.model, zs, qs)
+			streams, errs = sampler.StartMany(fs[0].held.model, zs, qs)
 			return nil
 		})
-		for i, f := range live {
+		for i, f := range fs {
 			ferr := err
 			if ferr == nil {
 				ferr = errs[i]
@@ -276,7 +272,7 @@ func (e *samplingExecutor) take(c samplingCmd) {
 		return
 	case c.cancel != nil:
 		found := false
-		for _, f := range append(e.flying, e.starting...) {
+		for _, f := range e.requests() {
 			if f.job.ref() == *c.cancel {
 				f.cancelled, found = true, true
 			}
@@ -327,10 +323,13 @@ func (e *samplingExecutor) short() {
 	}
 }
 
+// requests is every sample request in flight or about to start.
+func (e *samplingExecutor) requests() []*flight { return slices.Concat(e.flying, e.starting) }
+
 // inUse reports whether a request in flight or about to start decodes
 // with h.
 func (e *samplingExecutor) inUse(h *heldAdapter) bool {
-	for _, f := range append(e.flying, e.starting...) {
+	for _, f := range e.requests() {
 		if f.held == h {
 			return true
 		}

@@ -66,27 +66,12 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := requestKey(req.Tenant, "session", req.RequestID)
-	counted := false
 	err = s.store.Update(func(tx *persistence.Tx) (err error) {
-		if counted {
-			s.adm.close(req.Tenant.Org, sessionKind)
-		}
-		counted = false
-		var prev string
-		if ok, err := tx.Get(persistence.Requests, key, &prev); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			if err := s.adm.open(req.Tenant.Org, sessionKind); err != nil {
-				return err
-			}
-			counted = true
-		}
-		sess, created, err = once(tx, key, persistence.Sessions, fresh.ID, fresh)
+		sess, created, err = once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return s.adm.open(req.Tenant.Org, sessionKind) })
 		return err
 	})
 	if err != nil {
-		if counted {
+		if created { // counted live, but not stored
 			s.adm.close(req.Tenant.Org, sessionKind)
 		}
 		if e := (*Error)(nil); errors.As(err, &e) {
@@ -99,8 +84,9 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 
 // once stores fresh (whose id is id) in bucket b the first time the
 // request key is seen, and later reads back what that first time stored; it
-// says whether this call stored it.
-func once[T any](tx *persistence.Tx, key []byte, b persistence.Bucket, id string, fresh *T) (*T, bool, error) {
+// says whether this call stored it (or, with an error, tried to). admit,
+// when set, may refuse a new record before anything is written (a limit).
+func once[T any](tx *persistence.Tx, key []byte, b persistence.Bucket, id string, fresh *T, admit func() error) (*T, bool, error) {
 	var prev string
 	if ok, err := tx.Get(persistence.Requests, key, &prev); err != nil || ok {
 		if err != nil {
@@ -110,8 +96,13 @@ func once[T any](tx *persistence.Tx, key []byte, b persistence.Bucket, id string
 		_, err := tx.Get(b, []byte(prev), v)
 		return v, false, err
 	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			return nil, false, err
+		}
+	}
 	if err := tx.Put(persistence.Requests, key, id); err != nil {
-		return nil, false, err
+		return nil, true, err
 	}
 	return fresh, true, tx.Put(b, []byte(id), fresh)
 }
