@@ -1,12 +1,13 @@
 package actors
 
 import (
+	"context"
 	"fmt"
-
-	"github.com/asynkron/protoactor-go/actor"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/lora"
@@ -49,8 +50,8 @@ type exportResult struct {
 
 // saveState writes the run's trainer to a new checkpoint folder; the grain
 // records the checkpoint with the operation's outcome.
-func (e *executor) saveState(ts *trainerState, runID, opID string, p *payload.Save) (*applied, error) {
-	id := checkpointID(opID)
+func (e *executor) saveState(_ context.Context, ts *trainerState, j *job, opID string, pp payload.Parsed) (*applied, error) {
+	p, runID, id := pp.(*payload.Save), j.RunID, checkpointID(opID)
 	dir := e.sys.volume.CheckpointDir(runID, id)
 	if err := persistence.WriteDir(dir, func(tmp string) error { return ts.tr.SaveState(tmp, ts.baseModel) }); err != nil {
 		return nil, fmt.Errorf("write checkpoint: %w", err)
@@ -65,7 +66,8 @@ func (e *executor) saveState(ts *trainerState, runID, opID string, p *payload.Sa
 
 // loadState replaces the run's trainer with a checkpoint's weights, and its
 // optimizer state when asked (otherwise AdamW starts afresh).
-func (e *executor) loadState(ts *trainerState, p *payload.Load) (*applied, error) {
+func (e *executor) loadState(_ context.Context, ts *trainerState, _ *job, _ string, pp payload.Parsed) (*applied, error) {
+	p := pp.(*payload.Load)
 	cp, err := e.sys.checkpoint(p.CheckpointID)
 	if err != nil {
 		return nil, err
@@ -89,8 +91,8 @@ func (e *executor) loadState(ts *trainerState, p *payload.Load) (*applied, error
 
 // exportLoRA writes a PEFT adapter folder (the run's current weights, or a
 // checkpoint's) with a model card, and describes it as an artifact.
-func (e *executor) exportLoRA(ts *trainerState, runID, opID string, p *payload.Export) (*applied, error) {
-	id := artifactID(opID)
+func (e *executor) exportLoRA(_ context.Context, ts *trainerState, j *job, opID string, pp payload.Parsed) (*applied, error) {
+	p, runID, id := pp.(*payload.Export), j.RunID, artifactID(opID)
 	dir := e.sys.volume.ArtifactDir(runID, id)
 	ad, step := ts.tr.Adapter(), int64(ts.tr.Steps())
 	if p.CheckpointID != "" {

@@ -423,7 +423,7 @@ func (e *executor) step(t *task) (*done, error) {
 	p := j.parsed
 	if p == nil {
 		var err error
-		if p, err = payload.Parse(j.Kind, j.Payload); err != nil {
+		if p, err = parse(j.Kind, j.Payload); err != nil {
 			return nil, err
 		}
 		j.parsed = p
@@ -469,13 +469,11 @@ func (e *executor) succeeded(t *task, out *applied) (*done, error) {
 	if d.Result, err = gojson.Marshal(out.result); err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	if payload.Mutates(j.Kind) {
+	k := kindOf(j.Kind)
+	if k.mutates {
 		ts.stateSeq = j.SeqID
 	}
-	// A snapshot follows an optim_step now and then, and every load_state,
-	// so that rebuilding the run never needs the loaded checkpoint's files
-	// (which retiring their run removes).
-	if j.Kind == payload.OptimStep && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || j.Kind == payload.LoadState {
+	if k.snapshot == snapshotPeriodic && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || k.snapshot == snapshotAlways {
 		if err := e.snapshot(j.RunID, ts); err != nil {
 			e.sys.log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
 		} else {
@@ -540,62 +538,76 @@ type applied struct {
 }
 
 // apply runs operation opID of job j's run on the run's trainer (load_state
-// replaces it). p is raw parsed, or nil to parse it here.
+// replaces it), through its kind's entry. p is raw parsed, or nil to parse
+// it here.
 func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, kind string, raw json.RawMessage, p payload.Parsed) (*applied, error) {
-	runID := j.RunID
+	k := kindOf(kind)
+	if k.train == nil {
+		return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
+	}
 	if p == nil {
 		var err error
-		if p, err = payload.Parse(kind, raw); err != nil {
+		if p, err = parse(kind, raw); err != nil {
 			return nil, err
 		}
 	}
-	tr := ts.tr
-	tr.UseArena(e.arena)
-	switch p := p.(type) {
-	case *payload.Batch:
-		run := tr.Forward
-		if kind == payload.ForwardBackward {
-			run = tr.ForwardBackward
-		}
-		out, err := run(ctx, p.Datums(), p.LossFn, p.LossFnConfig)
-		if err != nil {
-			return nil, err
-		}
-		return batchApplied(kind, out), nil
-	case *payload.Step:
-		m, err := tr.OptimStep(p.Params())
-		if err != nil {
-			return nil, err
-		}
-		clipped := 0.0
-		if m.Clipped {
-			clipped = 1
-		}
-		values := map[string]float64{"grad_norm": m.GradNorm, "learning_rate": m.LR, "step": float64(m.Step), "clipped": clipped}
-		return &applied{result: optimResult{Metrics: values}, metrics: values}, nil
-	case *payload.Save:
-		return e.saveState(ts, runID, opID, p)
-	case *payload.Load:
-		return e.loadState(ts, p)
-	case *payload.Export:
-		return e.exportLoRA(ts, runID, opID, p)
-	case *payload.SaveWeights:
-		v, err := e.saveWeights(ts, j)
-		return &applied{result: weightsResult{v, samplerID(runID)}, weightVersion: v}, err
-	case *payload.SamplePayload:
-		// A run-scoped sample: the run's current weights go to its sampler
-		// (a new version only if the trainer moved since the last one), which
-		// samples and reports to the run.
-		v := j.WeightVersion
-		if v == 0 || j.WeightsSeq != j.StateSeq {
-			var err error
-			if v, err = e.saveWeights(ts, j); err != nil {
-				return nil, err
-			}
-		}
-		return &applied{weightVersion: v, handoff: true}, nil
+	ts.tr.UseArena(e.arena)
+	return k.train(e, ctx, ts, j, opID, p)
+}
+
+// forward and forwardBackward run a whole batch at once (on replay; a job
+// runs its batch a micro-batch per slice, see step).
+func (e *executor) forward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+	b := p.(*payload.Batch)
+	out, err := ts.tr.Forward(ctx, b.Datums(), b.LossFn, b.LossFnConfig)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
+	return batchApplied(payload.Forward, out), nil
+}
+
+func (e *executor) forwardBackward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+	b := p.(*payload.Batch)
+	out, err := ts.tr.ForwardBackward(ctx, b.Datums(), b.LossFn, b.LossFnConfig)
+	if err != nil {
+		return nil, err
+	}
+	return batchApplied(payload.ForwardBackward, out), nil
+}
+
+// optimStep steps AdamW on the run's adapter.
+func (e *executor) optimStep(_ context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+	m, err := ts.tr.OptimStep(p.(*payload.Step).Params())
+	if err != nil {
+		return nil, err
+	}
+	clipped := 0.0
+	if m.Clipped {
+		clipped = 1
+	}
+	values := map[string]float64{"grad_norm": m.GradNorm, "learning_rate": m.LR, "step": float64(m.Step), "clipped": clipped}
+	return &applied{result: optimResult{Metrics: values}, metrics: values}, nil
+}
+
+// saveWeightsOp is save_weights_for_sampler: the run's adapter as its next
+// weight version, which its sampler then loads.
+func (e *executor) saveWeightsOp(_ context.Context, ts *trainerState, j *job, _ string, _ payload.Parsed) (*applied, error) {
+	v, err := e.saveWeights(ts, j)
+	return &applied{result: weightsResult{v, samplerID(j.RunID)}, weightVersion: v}, err
+}
+
+// sampleForRun is a run-scoped sample: the run's current weights go to its
+// sampler (a new version only if the trainer moved since the last one),
+// which samples and reports to the run.
+func (e *executor) sampleForRun(_ context.Context, ts *trainerState, j *job, _ string, _ payload.Parsed) (*applied, error) {
+	v := j.WeightVersion
+	if v == 0 || j.WeightsSeq != j.StateSeq {
+		var err error
+		if v, err = e.saveWeights(ts, j); err != nil {
+			return nil, err
+		}
+	}
+	return &applied{weightVersion: v, handoff: true}, nil
 }
 
 // batchApplied is what a forward or forward_backward produced; the latter
@@ -732,7 +744,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 				if op.SeqID > j.StateSeq {
 					return false, nil
 				}
-				if op.Status == OpSucceeded && payload.Mutates(op.Kind) {
+				if op.Status == OpSucceeded && kindOf(op.Kind).mutates {
 					rb.replay = append(rb.replay, op)
 				}
 				return true, nil

@@ -65,7 +65,7 @@ func (s *System) checkPayload(sub Submission, offered []string, baseModel string
 	if !slices.Contains(offered, sub.Kind) {
 		return nil, refuse(CodeUnsupported, "operation %s is not offered here", sub.Kind)
 	}
-	parsed, err := payload.Parse(sub.Kind, sub.Payload)
+	parsed, err := parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (g *runGrain) activate() error {
 				g.queue = append(g.queue, op.SeqID)
 			case op.Status == OpExecuting: // its last attempt
 				failInterrupted(op, now)
-				if payload.Mutates(op.Kind) {
+				if kindOf(op.Kind).mutates {
 					r.ErrorCode = CodeInterrupted
 					move(RunMoves, &r.Status, RunInterrupted)
 				}
@@ -754,9 +754,9 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 			r.SnapshotSeq = d.SnapshotSeq
 		}
 		switch {
-		case d.Status == OpSucceeded && payload.Mutates(op.Kind):
+		case d.Status == OpSucceeded && kindOf(op.Kind).mutates:
 			r.StateSeq, r.Steps = d.SeqID, d.Steps
-		case d.Status == OpFailed && payload.Mutates(op.Kind) && !Terminal(RunMoves, r.Status) && r.Status != RunCancelRequested:
+		case d.Status == OpFailed && kindOf(op.Kind).mutates && !Terminal(RunMoves, r.Status) && r.Status != RunCancelRequested:
 			r.ErrorCode = d.Code
 			if err := move(RunMoves, &r.Status, RunPoisoned); err != nil {
 				return err

@@ -152,7 +152,7 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 	if err := g.sys.adm.admit(org, "sampler", depth); err != nil {
 		return nil, err
 	}
-	parsed, err := payload.Parse(sub.Kind, sub.Payload)
+	parsed, err := parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (g *samplerGrain) failUnreachable() {
 
 // required is the weight version a stored sampler operation waits for.
 func required(op *persistence.Operation) *int64 {
-	p, err := payload.Parse(op.Kind, op.Payload)
+	p, err := parse(op.Kind, op.Payload)
 	if err != nil {
 		return nil
 	}

@@ -376,32 +376,41 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 		e.report(j, failure(context.Background(), err), start)
 		return
 	}
-	p, err := payload.Parse(j.Kind, j.Payload)
+	k := kindOf(j.Kind)
+	if k.sample == nil {
+		e.report(j, failure(context.Background(), fmt.Errorf("sampler: no primitive for %s", j.Kind)), start)
+		return
+	}
+	p, err := parse(j.Kind, j.Payload)
 	if err != nil {
 		e.report(j, failure(context.Background(), err), start)
 		return
 	}
-	switch p := p.(type) {
-	case *payload.SamplePayload:
-		e.starting = append(e.starting, &flight{job: j, held: h, req: p.Request(), start: start})
-	case *payload.LogprobsPayload:
-		kv := requestKV(h.model.Cfg(), p)
-		if !e.sys.mem.take(kv) {
-			e.short()
-			e.waiting = append(e.waiting, j)
-			return
-		}
-		defer e.sys.mem.give(kv)
-		e.started(j)
-		lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
-		if err != nil {
-			e.report(j, failure(context.Background(), err), start)
-			return
-		}
-		e.report(j, succeeded(logprobsResult{lps, j.Version}, int64(len(p.Input.TokenIDs))), start)
-	default:
-		e.report(j, failure(context.Background(), fmt.Errorf("sampler: no primitive for %s", j.Kind)), start)
+	k.sample(e, j, h, p, start)
+}
+
+// fly puts a sample in flight: it decodes a token a step with the others.
+func (e *samplingExecutor) fly(j *samplingJob, h *heldAdapter, p payload.Parsed, start time.Time) {
+	e.starting = append(e.starting, &flight{job: j, held: h, req: p.(*payload.SamplePayload).Request(), start: start})
+}
+
+// logprobs scores a sequence at once, once its KV cache fits the budget.
+func (e *samplingExecutor) logprobs(j *samplingJob, h *heldAdapter, pp payload.Parsed, start time.Time) {
+	p := pp.(*payload.LogprobsPayload)
+	kv := requestKV(h.model.Cfg(), p)
+	if !e.sys.mem.take(kv) {
+		e.short()
+		e.waiting = append(e.waiting, j)
+		return
 	}
+	defer e.sys.mem.give(kv)
+	e.started(j)
+	lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
+	if err != nil {
+		e.report(j, failure(context.Background(), err), start)
+		return
+	}
+	e.report(j, succeeded(logprobsResult{lps, j.Version}, int64(len(p.Input.TokenIDs))), start)
 }
 
 // step decodes one token for every request in flight, one batched pass per

@@ -41,7 +41,7 @@ func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID stri
 // the trainer's release; a sampler's settles when observed.
 func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
 	op.Usage = nil
-	for _, rd := range providers.Meter(op.Kind, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
+	for _, rd := range providers.Meter(kindOf(op.Kind).meter, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		u := persistence.Usage{
 			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
 			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,

@@ -249,11 +249,10 @@ func (b *opBody) decodePlain(body []byte) bool {
 	return true
 }
 
-// The operation kinds each endpoint takes.
+// The operation kinds each endpoint takes (actors' kind table).
 var (
-	runKinds = []string{payload.Forward, payload.ForwardBackward, payload.Sample, payload.OptimStep,
-		payload.SaveState, payload.LoadState, payload.SaveWeightsForSampler, payload.ExportLoRA}
-	samplerKinds = []string{payload.Sample, payload.Logprobs}
+	runKinds     = actors.RunKinds()
+	samplerKinds = actors.SamplerKinds()
 )
 
 func (b *opBody) check(kinds []string) error {

@@ -1,9 +1,5 @@
 package providers
 
-import (
-	"github.com/wts-project/wts/actors/payload"
-)
-
 // Meters: what a usage component measures. Token meters count the
 // positions the model processed; device_ms is executor (GPU, here CPU) time.
 const (
@@ -60,19 +56,13 @@ type Reading struct {
 }
 
 // Meter reads what one executed operation used: device time whenever the
-// executor ran it (failed and cancelled work used the device too), tokens
-// only when it succeeded (a refused batch is not billed per token).
-func Meter(kind string, succeeded bool, tokens, deviceMS int64) []Reading {
+// executor ran it (failed and cancelled work used the device too), and its
+// tokens on tokenMeter (its kind's, "" for none) only when it succeeded (a
+// refused batch is not billed per token).
+func Meter(tokenMeter string, succeeded bool, tokens, deviceMS int64) []Reading {
 	var rs []Reading
-	if succeeded && tokens > 0 {
-		switch kind {
-		case payload.ForwardBackward:
-			rs = append(rs, Reading{MeterTrainTokens, tokens})
-		case payload.Forward:
-			rs = append(rs, Reading{MeterForwardTokens, tokens})
-		case payload.Sample, payload.Logprobs:
-			rs = append(rs, Reading{MeterSampleTokens, tokens})
-		}
+	if succeeded && tokens > 0 && tokenMeter != "" {
+		rs = append(rs, Reading{tokenMeter, tokens})
 	}
 	if deviceMS > 0 {
 		rs = append(rs, Reading{MeterDeviceMS, deviceMS})

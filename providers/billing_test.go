@@ -28,22 +28,22 @@ func TestCostRoundsUp(t *testing.T) {
 
 func TestMeter(t *testing.T) {
 	for _, c := range []struct {
-		kind      string
+		meter     string
 		succeeded bool
 		tokens    int64
 		ms        int64
 		want      string
 	}{
-		{"forward_backward", true, 18, 3, "[{train_tokens 18} {device_ms 3}]"},
-		{"forward", true, 9, 1, "[{forward_tokens 9} {device_ms 1}]"},
-		{"forward_backward", false, 18, 2, "[{device_ms 2}]"}, // failed: device time only
-		{"optim_step", true, 0, 1, "[{device_ms 1}]"},
-		{"sample", true, 40, 5, "[{sample_tokens 40} {device_ms 5}]"},
-		{"logprobs", true, 12, 1, "[{sample_tokens 12} {device_ms 1}]"},
-		{"forward", false, 0, 0, "[]"}, // cancelled before it started
+		{MeterTrainTokens, true, 18, 3, "[{train_tokens 18} {device_ms 3}]"},
+		{MeterForwardTokens, true, 9, 1, "[{forward_tokens 9} {device_ms 1}]"},
+		{MeterTrainTokens, false, 18, 2, "[{device_ms 2}]"}, // failed: device time only
+		{"", true, 0, 1, "[{device_ms 1}]"},
+		{MeterSampleTokens, true, 40, 5, "[{sample_tokens 40} {device_ms 5}]"},
+		{MeterSampleTokens, true, 12, 1, "[{sample_tokens 12} {device_ms 1}]"},
+		{MeterForwardTokens, false, 0, 0, "[]"}, // cancelled before it started
 	} {
-		if got := fmt.Sprint(Meter(c.kind, c.succeeded, c.tokens, c.ms)); got != c.want {
-			t.Errorf("%s succeeded=%v: %s, want %s", c.kind, c.succeeded, got, c.want)
+		if got := fmt.Sprint(Meter(c.meter, c.succeeded, c.tokens, c.ms)); got != c.want {
+			t.Errorf("%s succeeded=%v: %s, want %s", c.meter, c.succeeded, got, c.want)
 		}
 	}
 	if !SettlesAtRelease(A, MeterDeviceMS) || SettlesAtRelease(B, MeterDeviceMS) || SettlesAtRelease(A, MeterTrainTokens) {

@@ -224,78 +224,104 @@ func (s *Step) Params() optim.Params {
 // *Export, *SaveWeights, *SamplePayload or *LogprobsPayload.
 type Parsed any
 
-// Parse strictly decodes and schema-checks the payload of a kind. A kind
+// The parsers below strictly decode and schema-check one kind's payload
+// each (actors' operation-kind table names which parses which). A kind
 // whose payload is empty accepts an absent payload or {}.
-func Parse(kind string, raw []byte) (Parsed, error) {
+
+// orEmpty is raw, or {} for an absent payload.
+func orEmpty(raw []byte) []byte {
 	if len(raw) == 0 || string(raw) == "null" {
-		raw = []byte("{}")
+		return []byte("{}")
 	}
-	switch kind {
-	case Forward, ForwardBackward:
-		var b Batch
-		if !fastBatch(raw, &b) {
-			b = Batch{}
-			if err := Strict(raw, &b, "payload"); err != nil {
-				return nil, err
-			}
-		}
-		return &b, b.check()
-	case OptimStep:
-		var s Step
-		if err := Strict(raw, &s, "payload"); err != nil {
+	return raw
+}
+
+// ParseBatch parses forward's and forward_backward's payload.
+func ParseBatch(raw []byte) (Parsed, error) {
+	raw = orEmpty(raw)
+	var b Batch
+	if !fastBatch(raw, &b) {
+		b = Batch{}
+		if err := Strict(raw, &b, "payload"); err != nil {
 			return nil, err
 		}
-		if err := s.Params().Validate(); err != nil {
-			return nil, &Invalid{"payload.adam_params", err.Error()}
-		}
-		return &s, nil
-	case SaveState:
-		var v Save
-		if err := Strict(raw, &v, "payload"); err != nil {
-			return nil, err
-		}
-		if len(v.Name) > MaxName {
-			return nil, &Invalid{"payload.name", fmt.Sprintf("must be at most %d characters", MaxName)}
-		}
-		return &v, nil
-	case LoadState:
-		var v Load
-		if err := Strict(raw, &v, "payload"); err != nil {
-			return nil, err
-		}
-		if !IsID(CheckpointPrefix, v.CheckpointID) {
-			return nil, &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
-		}
-		return &v, nil
-	case Sample:
-		var v SamplePayload
-		if err := Strict(raw, &v, "payload"); err != nil {
-			return nil, err
-		}
-		return &v, v.check()
-	case Logprobs:
-		var v LogprobsPayload
-		if err := Strict(raw, &v, "payload"); err != nil {
-			return nil, err
-		}
-		if err := v.Input.Check("payload.input"); err != nil {
-			return nil, err
-		}
-		return &v, checkVersion(v.RequiredWeightVersion)
-	case SaveWeightsForSampler:
-		var v SaveWeights
-		return &v, Strict(raw, &v, "payload")
-	case ExportLoRA:
-		var v Export
-		if err := Strict(raw, &v, "payload"); err != nil {
-			return nil, err
-		}
-		if v.CheckpointID != "" && !IsID(CheckpointPrefix, v.CheckpointID) {
-			return nil, &Invalid{"payload.checkpoint_id", "must match ^wtc_[0-9a-f]{32}$"}
-		}
-		return &v, nil
 	}
-	return nil, &Invalid{"kind", fmt.Sprintf("%q is not an operation this service runs", kind)}
+	return &b, b.check()
+}
+
+// ParseStep parses optim_step's payload.
+func ParseStep(raw []byte) (Parsed, error) {
+	var s Step
+	if err := Strict(orEmpty(raw), &s, "payload"); err != nil {
+		return nil, err
+	}
+	if err := s.Params().Validate(); err != nil {
+		return nil, &Invalid{"payload.adam_params", err.Error()}
+	}
+	return &s, nil
+}
+
+// ParseSave parses save_state's payload.
+func ParseSave(raw []byte) (Parsed, error) {
+	var v Save
+	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
+		return nil, err
+	}
+	if len(v.Name) > MaxName {
+		return nil, &Invalid{"payload.name", fmt.Sprintf("must be at most %d characters", MaxName)}
+	}
+	return &v, nil
+}
+
+// ParseLoad parses load_state's payload.
+func ParseLoad(raw []byte) (Parsed, error) {
+	var v Load
+	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
+		return nil, err
+	}
+	if !IsID(CheckpointPrefix, v.CheckpointID) {
+		return nil, &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
+	}
+	return &v, nil
+}
+
+// ParseSample parses sample's payload.
+func ParseSample(raw []byte) (Parsed, error) {
+	var v SamplePayload
+	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
+		return nil, err
+	}
+	return &v, v.check()
+}
+
+// ParseLogprobs parses logprobs' payload.
+func ParseLogprobs(raw []byte) (Parsed, error) {
+	var v LogprobsPayload
+	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
+		return nil, err
+	}
+	if err := v.Input.Check("payload.input"); err != nil {
+		return nil, err
+	}
+	return &v, checkVersion(v.RequiredWeightVersion)
+}
+
+// ParseSaveWeights parses save_weights_for_sampler's (empty) payload.
+func ParseSaveWeights(raw []byte) (Parsed, error) {
+	var v SaveWeights
+	return &v, Strict(orEmpty(raw), &v, "payload")
+}
+
+// ParseExport parses export_lora's payload.
+func ParseExport(raw []byte) (Parsed, error) {
+	var v Export
+	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
+		return nil, err
+	}
+	if v.CheckpointID != "" && !IsID(CheckpointPrefix, v.CheckpointID) {
+		return nil, &Invalid{"payload.checkpoint_id", "must match ^wtc_[0-9a-f]{32}$"}
+	}
+	return &v, nil
 }
 
 func (b *Batch) check() error {
@@ -453,6 +479,8 @@ func Required(p Parsed) *int64 {
 	return nil
 }
 
+// check applies the schema's required fields, then the sampler's ranges
+// (sampler.Request.CheckRanges, their one home).
 func (p *SamplePayload) check() error {
 	if err := p.Prompt.Check("payload.prompt"); err != nil {
 		return err
@@ -461,29 +489,22 @@ func (p *SamplePayload) check() error {
 	switch {
 	case q == nil:
 		return &Invalid{"payload.parameters", "is required"}
-	case p.NumSamples == nil || *p.NumSamples < 1 || *p.NumSamples > sampler.MaxSamples:
-		return &Invalid{"payload.num_samples", fmt.Sprintf("is required, 1 to %d", sampler.MaxSamples)}
-	case p.TopKPromptLogprobs < 0 || p.TopKPromptLogprobs > sampler.MaxTopKPromptLogp:
-		return &Invalid{"payload.topk_prompt_logprobs", fmt.Sprintf("must be 0 to %d", sampler.MaxTopKPromptLogp)}
-	case q.MaxTokens == nil || *q.MaxTokens < 1 || *q.MaxTokens > sampler.MaxNewTokens:
-		return &Invalid{"payload.parameters.max_tokens", fmt.Sprintf("is required, 1 to %d", sampler.MaxNewTokens)}
-	case q.Temperature == nil || !(*q.Temperature >= 0 && *q.Temperature <= 2):
-		return &Invalid{"payload.parameters.temperature", "is required, 0 to 2"}
-	case q.TopP == nil || !(*q.TopP >= 0 && *q.TopP <= 1):
-		return &Invalid{"payload.parameters.top_p", "is required, 0 to 1"}
-	case q.TopK == nil || *q.TopK < -1:
-		return &Invalid{"payload.parameters.top_k", "is required, >= -1"}
-	case q.MinP != nil && !(*q.MinP >= 0 && *q.MinP <= 1):
-		return &Invalid{"payload.parameters.min_p", "must be 0 to 1"}
+	case p.NumSamples == nil:
+		return &Invalid{"payload.num_samples", "is required"}
+	case q.MaxTokens == nil:
+		return &Invalid{"payload.parameters.max_tokens", "is required"}
+	case q.Temperature == nil:
+		return &Invalid{"payload.parameters.temperature", "is required"}
+	case q.TopP == nil:
+		return &Invalid{"payload.parameters.top_p", "is required"}
+	case q.TopK == nil:
+		return &Invalid{"payload.parameters.top_k", "is required"}
 	case q.Seed != nil && *q.Seed < 0:
 		return &Invalid{"payload.parameters.seed", "must be >= 0 or null"}
-	case len(q.StopTokenIDs) > sampler.MaxStopTokens:
-		return &Invalid{"payload.parameters.stop_token_ids", fmt.Sprintf("at most %d items", sampler.MaxStopTokens)}
 	}
-	for i, t := range q.StopTokenIDs {
-		if t < 0 {
-			return &Invalid{fmt.Sprintf("payload.parameters.stop_token_ids[%d]", i), "must be >= 0"}
-		}
+	req := p.Request()
+	if err := req.CheckRanges(); err != nil {
+		return &Invalid{"payload." + err.Field, err.Reason}
 	}
 	return checkVersion(p.RequiredWeightVersion)
 }
@@ -528,10 +549,4 @@ func isHex(s string) bool {
 		}
 	}
 	return true
-}
-
-// Mutates says whether a kind changes the trainer, so that its failure
-// poisons the run and its success must be replayed after a restart.
-func Mutates(kind string) bool {
-	return kind == ForwardBackward || kind == OptimStep || kind == LoadState
 }

@@ -42,7 +42,7 @@ func TestStrictErrors(t *testing.T) {
 }
 
 func TestParseBatch(t *testing.T) {
-	p, err := Parse(ForwardBackward, []byte(`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2,3],"weights":[1,0.5]}}]}`))
+	p, err := ParseBatch([]byte(`{"data":[{"model_input":{"token_ids":[1,2]},"loss_fn_inputs":{"target_tokens":[2,3],"weights":[1,0.5]}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestParseBatch(t *testing.T) {
 		`{"data":[{"model_input":{"token_ids":[1,2]}}]}`,
 	} {
 		var inv *Invalid
-		if _, err := Parse(Forward, []byte(bad)); !errors.As(err, &inv) {
+		if _, err := ParseBatch([]byte(bad)); !errors.As(err, &inv) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	if s, err := Parse(OptimStep, nil); err != nil || s.(*Step).Params().LR != 1e-4 {
+	if s, err := ParseStep(nil); err != nil || s.(*Step).Params().LR != 1e-4 {
 		t.Errorf("empty optim_step: %v %v", s, err)
 	}
 }
@@ -77,8 +77,9 @@ func FuzzParse(f *testing.F) {
 	f.Add(`{"name":"x"}`)
 	cfg := model.Presets["tiny"]
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, kind := range []string{ForwardBackward, OptimStep, Sample, Logprobs, SaveState, LoadState, ExportLoRA, SaveWeightsForSampler} {
-			p, err := Parse(kind, []byte(body))
+		for kind, parse := range map[string]func([]byte) (Parsed, error){ForwardBackward: ParseBatch, OptimStep: ParseStep, Sample: ParseSample,
+			Logprobs: ParseLogprobs, SaveState: ParseSave, LoadState: ParseLoad, ExportLoRA: ParseExport, SaveWeightsForSampler: ParseSaveWeights} {
+			p, err := parse([]byte(body))
 			var inv *Invalid
 			var mal *Malformed
 			if err != nil && !errors.As(err, &inv) && !errors.As(err, &mal) {
@@ -95,7 +96,7 @@ func FuzzParse(f *testing.F) {
 // schema: required fields, ranges, no additional properties.
 func TestSamplerPayloads(t *testing.T) {
 	ok := `{"prompt":{"token_ids":[1,2]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`
-	p, err := Parse(Sample, []byte(ok))
+	p, err := ParseSample([]byte(ok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestSamplerPayloads(t *testing.T) {
 		"empty prompt":        `{"prompt":{"token_ids":[]},"parameters":{"max_tokens":4,"temperature":0,"top_p":1,"top_k":-1},"num_samples":1}`,
 	} {
 		var inv *Invalid
-		if _, err := Parse(Sample, []byte(body)); !errors.As(err, &inv) {
+		if _, err := ParseSample([]byte(body)); !errors.As(err, &inv) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -131,11 +132,11 @@ func TestSamplerPayloads(t *testing.T) {
 		"bad version": `{"input":{"token_ids":[1]},"required_weight_version":-3}`,
 	} {
 		var inv *Invalid
-		if _, err := Parse(Logprobs, []byte(body)); !errors.As(err, &inv) {
+		if _, err := ParseLogprobs([]byte(body)); !errors.As(err, &inv) {
 			t.Errorf("logprobs %s: %v", name, err)
 		}
 	}
-	if p, err := Parse(Logprobs, []byte(`{"input":{"token_ids":[1,2]},"required_weight_version":2}`)); err != nil || *Required(p) != 2 {
+	if p, err := ParseLogprobs([]byte(`{"input":{"token_ids":[1,2]},"required_weight_version":2}`)); err != nil || *Required(p) != 2 {
 		t.Errorf("logprobs: %v %v", p, err)
 	}
 }

@@ -54,11 +54,8 @@ func (q *Request) Validate(vocab, maxPos int) error {
 	if len(q.Prompt) == 0 {
 		return fmt.Errorf("%w: prompt has no tokens", kerr.ErrEmptyInput)
 	}
-	if q.NumSamples < 1 || q.NumSamples > MaxSamples {
-		return fmt.Errorf("%w: num_samples %d is outside 1..%d", kerr.ErrSampleParams, q.NumSamples, MaxSamples)
-	}
-	if q.TopKPromptLogprobs < 0 || q.TopKPromptLogprobs > MaxTopKPromptLogp {
-		return fmt.Errorf("%w: topk_prompt_logprobs %d is outside 0..%d", kerr.ErrSampleParams, q.TopKPromptLogprobs, MaxTopKPromptLogp)
+	if err := q.CheckRanges(); err != nil {
+		return err
 	}
 	if err := q.Params.Validate(vocab); err != nil {
 		return err
@@ -71,6 +68,18 @@ func (q *Request) Validate(vocab, maxPos int) error {
 			kerr.ErrTooLong, len(q.Prompt), q.Params.MaxTokens, maxPos)
 	}
 	return nil
+}
+
+// CheckRanges checks the request against the API's ranges alone (no
+// model): the request body's schema check uses it.
+func (q *Request) CheckRanges() *RangeError {
+	switch {
+	case q.NumSamples < 1 || q.NumSamples > MaxSamples:
+		return &RangeError{"num_samples", fmt.Sprintf("must be 1 to %d", MaxSamples)}
+	case q.TopKPromptLogprobs < 0 || q.TopKPromptLogprobs > MaxTopKPromptLogp:
+		return &RangeError{"topk_prompt_logprobs", fmt.Sprintf("must be 0 to %d", MaxTopKPromptLogp)}
+	}
+	return q.Params.checkRanges()
 }
 
 // CheckTokens refuses a token id outside the vocabulary.
