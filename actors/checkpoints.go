@@ -327,7 +327,9 @@ func retireOutputs[T any](tx *persistence.Tx, b persistence.Bucket, runID string
 			return false, err
 		}
 		if o := output(rec); o.Status == Available {
-			o.Status = Retired
+			if err := move(OutputMoves, &o.Status, Retired); err != nil {
+				return false, err
+			}
 			keys, recs = append(keys, append([]byte(nil), k...)), append(recs, rec)
 		}
 		return true, nil

@@ -200,13 +200,15 @@ func (s *System) exporter() {
 }
 
 // setExport applies fn to an export's record.
-func (s *System) setExport(id string, fn func(*persistence.Export)) (*persistence.Export, error) {
+func (s *System) setExport(id string, fn func(*persistence.Export) error) (*persistence.Export, error) {
 	var out persistence.Export
 	err := s.store.Update(func(tx *persistence.Tx) error {
 		if _, err := tx.Get(persistence.Exports, []byte(id), &out); err != nil {
 			return err
 		}
-		fn(&out)
+		if err := fn(&out); err != nil {
+			return err
+		}
 		out.UpdatedAt = s.now()
 		return tx.Put(persistence.Exports, []byte(id), &out)
 	})
@@ -216,7 +218,12 @@ func (s *System) setExport(id string, fn func(*persistence.Export)) (*persistenc
 // publish uploads one export's artifact: repository, branch, files, commit.
 // The token is opened only here and goes only to the Hub.
 func (s *System) publish(ctx context.Context, id string) error {
-	ex, err := s.setExport(id, func(e *persistence.Export) { e.Status = ExportUploading })
+	ex, err := s.setExport(id, func(e *persistence.Export) error {
+		if e.Status == ExportUploading { // cut short by a stop: taken again
+			return nil
+		}
+		return move(ExportMoves, &e.Status, ExportUploading)
+	})
 	if err != nil {
 		return err
 	}
@@ -225,15 +232,16 @@ func (s *System) publish(ctx context.Context, id string) error {
 		if ctx.Err() != nil {
 			return err // stopping: left uploading, taken again at the next start
 		}
-		_, serr := s.setExport(id, func(e *persistence.Export) {
+		_, serr := s.setExport(id, func(e *persistence.Export) error {
 			if err == nil {
-				e.Status, e.ResultArtifactID, e.CommitOID = ExportSucceeded, e.ArtifactID, commit
-				return
+				e.ResultArtifactID, e.CommitOID = e.ArtifactID, commit
+				return move(ExportMoves, &e.Status, ExportSucceeded)
 			}
-			e.Status, e.ErrorCode, e.ErrorMessage = ExportFailed, hub.CodeOf(err), err.Error()
+			e.ErrorCode, e.ErrorMessage = hub.CodeOf(err), err.Error()
 			if e.ErrorCode == "" {
 				e.ErrorCode = CodeInternal
 			}
+			return move(ExportMoves, &e.Status, ExportFailed)
 		})
 		return serr
 	}

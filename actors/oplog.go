@@ -141,12 +141,15 @@ func (o *opOwner) putAccepted(tx *persistence.Tx, op *persistence.Operation, ide
 }
 
 // settle ends an operation.
-func settle(op *persistence.Operation, status, code, msg string, now time.Time) {
-	op.Status = status
+func settle(op *persistence.Operation, status, code, msg string, now time.Time) error {
+	if err := move(OpMoves, &op.Status, status); err != nil {
+		return fmt.Errorf("operation %d: %w", op.SeqID, err)
+	}
 	if code != "" {
 		op.ErrorCode, op.ErrorMessage = &code, &msg
 	}
 	op.UpdatedAt = now
+	return nil
 }
 
 // grain is what every grain has: its system, identity, activation failure
@@ -246,14 +249,17 @@ func (b *grain) admit(in msg, owner persistence.Tenant, what string) (*Submissio
 // sweepQueue visits the owner's queued operations inside tx: fn may change
 // one (and says so, to have it written) and says whether it stays queued. It
 // returns the operations that stay, in order.
-func (o *opOwner) sweepQueue(tx *persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool)) ([]int64, error) {
+func (o *opOwner) sweepQueue(tx *persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool, err error)) ([]int64, error) {
 	var left []int64
 	for _, seq := range queue {
 		op, err := o.op(tx, seq)
 		if err != nil {
 			return nil, err
 		}
-		changed, stays := fn(op)
+		changed, stays, err := fn(op)
+		if err != nil {
+			return nil, err
+		}
 		if stays {
 			left = append(left, seq)
 		}
@@ -290,10 +296,13 @@ func startReport(in msg, epoch uint64, executing int64) (*started, error) {
 
 // endWith ends op as report d says, with its result and its usage at
 // prices p; trainer: it ran on the run's trainer (see recordUsage).
-func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
-	settle(op, d.Status, d.Code, d.Message, now)
+func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) error {
+	if err := settle(op, d.Status, d.Code, d.Message, now); err != nil {
+		return err
+	}
 	op.Result = d.Result
 	recordUsage(op, d, p, now, trainer)
+	return nil
 }
 
 // maxAttempts is how many times the node may die under one operation
@@ -302,21 +311,30 @@ func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, tr
 const maxAttempts = 3
 
 // requeue sends an operation its grain finds executing when it activates
-// back to pending, counting the attempt; false when it has had
-// maxAttempts.
-func requeue(op *persistence.Operation, now time.Time) bool {
+// back to pending, counting the attempt; when it has had maxAttempts, it
+// fails as interrupted instead (requeued is false).
+func requeue(op *persistence.Operation, now time.Time) (requeued bool, err error) {
 	op.Attempts++
 	if op.Attempts >= maxAttempts {
-		return false
+		return false, failInterrupted(op, now)
 	}
-	op.Status, op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = OpPending, nil, nil, now
-	return true
+	return true, unstartOp(op, now)
+}
+
+// unstartOp sends an executing operation back to pending, its progress
+// forgotten.
+func unstartOp(op *persistence.Operation, now time.Time) error {
+	if err := move(OpMoves, &op.Status, OpPending); err != nil {
+		return fmt.Errorf("operation %d: %w", op.SeqID, err)
+	}
+	op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = nil, nil, now
+	return nil
 }
 
 // failInterrupted settles an operation the node died under maxAttempts
 // times.
-func failInterrupted(op *persistence.Operation, now time.Time) {
-	settle(op, OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
+func failInterrupted(op *persistence.Operation, now time.Time) error {
+	return settle(op, OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
 }
 
 // markExecuting records that the executor began operation seq (if it is
@@ -326,7 +344,10 @@ func (o *opOwner) markExecuting(tx *persistence.Tx, seq int64, now time.Time) er
 	if err != nil || op.Status != OpPending {
 		return err
 	}
-	op.Status, op.UpdatedAt = OpExecuting, now
+	if err := move(OpMoves, &op.Status, OpExecuting); err != nil {
+		return err
+	}
+	op.UpdatedAt = now
 	return o.putOp(tx, op)
 }
 
@@ -337,6 +358,8 @@ func (o *opOwner) unstart(tx *persistence.Tx, seq int64, now time.Time) error {
 	if err != nil || op.Status != OpExecuting {
 		return err
 	}
-	op.Status, op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = OpPending, nil, nil, now
+	if err := unstartOp(op, now); err != nil {
+		return err
+	}
 	return o.putOp(tx, op)
 }

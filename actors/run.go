@@ -232,24 +232,30 @@ func (g *runGrain) activate() error {
 		g.queue, g.parsed, g.executing, g.dispatched = g.queue[:0], map[int64]payload.Parsed{}, 0, false
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
+			var err error
 			switch {
 			case op.Status == OpExecuting && Terminal(RunMoves, r.Status):
-				failInterrupted(op, now)
-			case op.Status == OpExecuting && requeue(op, now):
-				g.queue = append(g.queue, op.SeqID)
-			case op.Status == OpExecuting: // its last attempt
-				failInterrupted(op, now)
-				if kindOf(op.Kind).mutates {
+				err = failInterrupted(op, now)
+			case op.Status == OpExecuting:
+				var requeued bool
+				switch requeued, err = requeue(op, now); {
+				case err != nil:
+				case requeued:
+					g.queue = append(g.queue, op.SeqID)
+				case kindOf(op.Kind).mutates: // it failed on its last attempt
 					r.ErrorCode = CodeInterrupted
-					move(RunMoves, &r.Status, RunInterrupted)
+					err = move(RunMoves, &r.Status, RunInterrupted)
 				}
 			case op.Status == OpPending && Terminal(RunMoves, r.Status):
-				settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
+				err = settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
 			case op.Status == OpPending:
 				g.queue = append(g.queue, op.SeqID)
 				return nil
 			default:
 				return nil
+			}
+			if err != nil {
+				return err
 			}
 			return g.putOp(tx, op)
 		})
@@ -410,13 +416,18 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 		}
 		r.NextSeqID++
 		if r.Status == RunCreated {
-			move(RunMoves, &r.Status, RunRunning)
+			if err := move(RunMoves, &r.Status, RunRunning); err != nil {
+				return err
+			}
 		}
 		switch kind {
 		case payload.Finish:
-			move(RunMoves, &r.Status, RunFinishing)
+			err = move(RunMoves, &r.Status, RunFinishing)
 		case payload.Cancel:
-			move(RunMoves, &r.Status, RunCancelRequested)
+			err = move(RunMoves, &r.Status, RunCancelRequested)
+		}
+		if err != nil {
+			return err
 		}
 		if err := g.putAccepted(tx, op, idem); err != nil {
 			return err
@@ -533,12 +544,11 @@ func (g *runGrain) stopWork(code, msg string) {
 	var left []int64
 	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if op.Kind == payload.Cancel {
-				return false, true // the cancel itself completes the run's ending
+				return false, true, nil // the cancel itself completes the run's ending
 			}
-			settle(op, OpCancelled, code, msg, now)
-			return true, false
+			return true, false, settle(op, OpCancelled, code, msg, now)
 		})
 		return err
 	})
@@ -619,7 +629,9 @@ func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64
 		if j := g.jobFor(r, op); j != nil {
 			return advanced{i + 1, j}, nil
 		}
-		settle(op, OpSucceeded, "", "", now)
+		if err := settle(op, OpSucceeded, "", "", now); err != nil {
+			return advanced{}, err
+		}
 		if r.Status == RunFinishing || r.Status == RunCancelRequested {
 			to := RunFinished
 			if op.Kind == payload.Cancel {
@@ -749,7 +761,9 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		endWith(op, d, prices, now, op.Kind != payload.Sample) // a run-scoped sample ran on the sampler
+		if err := endWith(op, d, prices, now, op.Kind != payload.Sample); err != nil { // a run-scoped sample ran on the sampler
+			return err
+		}
 		if d.SnapshotSeq > 0 {
 			r.SnapshotSeq = d.SnapshotSeq
 		}

@@ -97,10 +97,12 @@ func (g *samplerGrain) activate() error {
 		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case OpExecuting:
-				if requeue(op, now) {
+				requeued, err := requeue(op, now)
+				if err != nil {
+					return err
+				}
+				if requeued {
 					g.queue = append(g.queue, op.SeqID)
-				} else {
-					failInterrupted(op, now)
 				}
 				return g.putOp(tx, op)
 			case OpPending, OpParked:
@@ -160,17 +162,20 @@ func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
 	var op *persistence.Operation
 	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
+		first := OpPending // an operation that waits for a weight version starts parked
+		if required != nil && *required > r.SyncedWeightVersion {
+			first = OpParked
+		}
 		op = &persistence.Operation{
 			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
-			Kind: sub.Kind, Status: OpPending, CreatedAt: now, UpdatedAt: now,
+			Kind: sub.Kind, Status: first, CreatedAt: now, UpdatedAt: now,
 			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload,
 		}
-		switch {
-		case required != nil && *required > g.latest && g.runEnded:
-			settle(op, OpFailed, CodeUnreachable, fmt.Sprintf(
-				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now)
-		case required != nil && *required > r.SyncedWeightVersion:
-			op.Status = OpParked
+		if required != nil && *required > g.latest && g.runEnded {
+			if err := settle(op, OpFailed, CodeUnreachable, fmt.Sprintf(
+				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now); err != nil {
+				return err
+			}
 		}
 		r.NextSeqID++
 		r.LastActivityAt = now
@@ -228,13 +233,12 @@ func (g *samplerGrain) failUnreachable() {
 	var left []int64
 	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
 		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			req := required(op)
 			if req == nil || *req <= g.latest {
-				return false, true
+				return false, true, nil
 			}
-			settle(op, OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
-			return true, false
+			return true, false, settle(op, OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
 		})
 		return err
 	})
@@ -336,12 +340,12 @@ func (g *samplerGrain) synced(_ actor.Context, in msg) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
+		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
-				op.Status, op.UpdatedAt = OpPending, now
-				return true, true
+				op.UpdatedAt = now
+				return true, true, move(OpMoves, &op.Status, OpPending)
 			}
-			return false, true
+			return false, true, nil
 		})
 		return err
 	})
@@ -367,12 +371,11 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			return err
 		}
 		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
+		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := required(op); req != nil && *req > s.Version {
-				return false, true
+				return false, true, nil
 			}
-			settle(op, OpFailed, CodeSamplerFailed, msg, now)
-			return true, false
+			return true, false, settle(op, OpFailed, CodeSamplerFailed, msg, now)
 		})
 		return err
 	})
@@ -426,7 +429,9 @@ func (g *samplerGrain) execDone(_ actor.Context, in msg) (any, error) {
 			return err
 		}
 		now := g.sys.now()
-		endWith(op, d, prices, now, false)
+		if err := endWith(op, d, prices, now, false); err != nil {
+			return err
+		}
 		r.LastActivityAt = now
 		return g.putOp(tx, op)
 	})
@@ -550,7 +555,9 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in msg) (any, error) {
 		if op, err = g.op(tx, *seq); err != nil || Terminal(OpMoves, op.Status) || *seq == g.executing {
 			return err
 		}
-		settle(op, OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now())
+		if err := settle(op, OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now()); err != nil {
+			return err
+		}
 		return g.putOp(tx, op)
 	})
 	if err != nil {
@@ -573,9 +580,8 @@ func (g *samplerGrain) retire(actor.Context, msg) (any, error) {
 	}
 	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
-		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool) {
-			settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
-			return true, false
+		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+			return true, false, settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
 		})
 		if err != nil {
 			return err

@@ -417,7 +417,7 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 			}
 		}
 		if ss.Status == SessionClosing {
-			ss.Status = SessionClosed
+			return move(SessionMoves, &ss.Status, SessionClosed)
 		}
 		return nil
 	})

@@ -1,11 +1,18 @@
 package actors
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
 
-// The state machines of sessions, runs, operations and samplers, as tables: a status
-// may move only to the statuses listed for it. Every status change goes
-// through move, so the tables are the whole rule (docs/states.md prints
-// them).
+	"github.com/wts-project/wts/providers"
+)
+
+// The state machines of sessions, runs, operations, samplers, checkpoints
+// and artifacts, exports and usage components, as tables: a status may move
+// only to the statuses listed for it. A record is created in its first
+// status, and every later change goes through move (TestStatusesMoveByTable
+// finds any other assignment), so the tables are the whole rule
+// (docs/states.md prints them).
 
 // Session statuses.
 const (
@@ -97,6 +104,32 @@ var SamplerMoves = map[string][]string{
 	SamplerRetired:      {},
 }
 
+// OutputMoves is the table of checkpoints and artifacts: retiring their run
+// retires them.
+var OutputMoves = map[string][]string{
+	Available: {Retired},
+	Retired:   {},
+}
+
+// ExportMoves is the export table. An upload cut short by the node's stop
+// stays uploading and is taken again after the next start.
+var ExportMoves = map[string][]string{
+	ExportPending:   {ExportUploading},
+	ExportUploading: {ExportSucceeded, ExportFailed},
+	ExportSucceeded: {},
+	ExportFailed:    {},
+}
+
+// SettlementMoves is the table of a usage component's settlement.
+var SettlementMoves = map[string][]string{
+	providers.Pending: {providers.Settled},
+	providers.Settled: {},
+}
+
+// errIllegalMove is a status change that its table does not allow: a bug
+// of the service, which fails the write that tried it.
+var errIllegalMove = errors.New("illegal status change")
+
 // move sets *status to to if the table allows it.
 func move(table map[string][]string, status *string, to string) error {
 	for _, s := range table[*status] {
@@ -105,7 +138,7 @@ func move(table map[string][]string, status *string, to string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no transition %s -> %s", *status, to)
+	return fmt.Errorf("%w: %q -> %q", errIllegalMove, *status, to)
 }
 
 // Terminal reports whether a status has no way out.

@@ -42,14 +42,13 @@ func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID stri
 func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
 	op.Usage = nil
 	for _, rd := range providers.Meter(kindOf(op.Kind).meter, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
+		status, settledAt := providers.Settled, &now
+		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
+			status, settledAt = providers.Pending, nil
+		}
 		u := persistence.Usage{
 			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
-			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: providers.Settled, ObservedAt: now,
-		}
-		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
-			u.SettlementStatus = providers.Pending
-		} else {
-			u.SettledAt = &now
+			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: status, SettledAt: settledAt, ObservedAt: now,
 		}
 		op.Usage = append(op.Usage, u)
 	}
@@ -63,7 +62,10 @@ func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
 		pending := false
 		for i := range op.Usage {
 			if u := &op.Usage[i]; u.SettlementStatus == providers.Pending {
-				u.SettlementStatus, u.SettledAt, pending = providers.Settled, &now, true
+				if err := move(SettlementMoves, &u.SettlementStatus, providers.Settled); err != nil {
+					return err
+				}
+				u.SettledAt, pending = &now, true
 			}
 		}
 		if pending {
@@ -131,15 +133,16 @@ func (s *System) Cost(t persistence.Tenant, sessionID string) (*Cost, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cost{SessionID: sessionID, SettlementStatus: providers.Settled, Components: items}
+	var total int64
+	status := providers.Settled // the sum's status, derived from its components'
 	for _, u := range items {
-		c.EstimatedMaxMicroUSD += u.CostMicroUSD
+		total += u.CostMicroUSD
 		if u.SettlementStatus == providers.Pending {
-			c.SettlementStatus = providers.Pending
+			status = providers.Pending
 		}
 	}
-	c.TotalMicroUSD = c.EstimatedMaxMicroUSD
-	if c.SettlementStatus == providers.Pending {
+	c := &Cost{SessionID: sessionID, SettlementStatus: status, EstimatedMaxMicroUSD: total, TotalMicroUSD: total, Components: items}
+	if status == providers.Pending {
 		c.TotalMicroUSD = CostPending
 	}
 	return c, nil
