@@ -72,6 +72,7 @@ type executor struct {
 	wake    *sync.Cond
 	ready   fairQueue[*task]
 	tasks   map[string]*task // "run/seq" → the task, from submit until it is reported
+	fence   epochFence       // by run: jobs, cancels and releases of older activations are refused
 	release []string         // runs whose trainer to drop, in the worker
 	trim    bool             // evict every trainer not in use (the samplers need memory)
 	// stopping: no task starts any more (those not started stay pending on
@@ -126,7 +127,7 @@ const roomWait = 20 * time.Millisecond
 const progressEvery = 250 * time.Millisecond
 
 func newExecutor(s *System) *executor {
-	e := &executor{sys: s, tasks: map[string]*task{}, drained: make(chan struct{}),
+	e := &executor{sys: s, tasks: map[string]*task{}, fence: epochFence{}, drained: make(chan struct{}),
 		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32]()}
 	e.wake = sync.NewCond(&e.mu)
 	go e.work()
@@ -134,10 +135,11 @@ func newExecutor(s *System) *executor {
 }
 
 // jobRef names one run's operation to cancel, or (SeqID 0) the run whose
-// trainer to release.
+// trainer to release, from the run activation Epoch.
 type jobRef struct {
 	RunID string
 	SeqID int64
+	Epoch uint64
 }
 
 // Receive takes the grains' commands.
@@ -156,7 +158,7 @@ func (e *executor) Receive(ctx actor.Context) {
 	case "exec.cancel":
 		var r *jobRef
 		if r, err = decode[jobRef](in); err == nil {
-			e.cancel(r.RunID, r.SeqID)
+			e.cancel(r)
 		}
 	case "exec.trim":
 		e.mu.Lock()
@@ -167,7 +169,11 @@ func (e *executor) Receive(ctx actor.Context) {
 		var r *jobRef
 		if r, err = decode[jobRef](in); err == nil {
 			e.mu.Lock()
-			e.release = append(e.release, r.RunID)
+			if e.admit(r.RunID, r.Epoch, "release") {
+				// The run has ended: its activations send nothing more.
+				e.release = append(e.release, r.RunID)
+				delete(e.fence, r.RunID)
+			}
 			e.mu.Unlock()
 			e.wake.Signal()
 		}
@@ -195,6 +201,10 @@ func (e *executor) submit(j *job) {
 		e.sys.log.Info("job not started: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
 		return
 	}
+	if !e.admit(j.RunID, j.Epoch, "job") {
+		cancel(errFenced)
+		return
+	}
 	for _, old := range e.tasks {
 		if old.j.RunID == j.RunID && old.j.Epoch < j.Epoch {
 			old.cancel(errFenced)
@@ -214,10 +224,24 @@ func (e *executor) forget(t *task) {
 	}
 }
 
-func (e *executor) cancel(runID string, seq int64) {
+// admit checks a command of run id's activation epoch against the fence
+// (under e.mu), counting and logging a refusal.
+func (e *executor) admit(runID string, epoch uint64, what string) bool {
+	if e.fence.admit(runID, epoch) {
+		return true
+	}
+	e.sys.cfg.Metrics.Fenced("trainer")
+	e.sys.log.Warn("executor refused a stale activation's command", "run", runID, "command", what, "epoch", epoch, "current", e.fence.current(runID))
+	return false
+}
+
+func (e *executor) cancel(r *jobRef) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t := e.tasks[jobKey(runID, seq)]; t != nil {
+	if !e.admit(r.RunID, r.Epoch, "cancel") {
+		return
+	}
+	if t := e.tasks[jobKey(r.RunID, r.SeqID)]; t != nil && t.j.Epoch == r.Epoch {
 		t.cancel(nil)
 	}
 }

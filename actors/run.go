@@ -565,7 +565,7 @@ func (g *runGrain) stopWork(code, msg string) {
 	if g.executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing})
+		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing, Epoch: g.epoch})
 		g.sys.toSamplingCancel(samplingRef{runKind, g.id, g.executing})
 		return
 	}
@@ -683,7 +683,7 @@ func (g *runGrain) ended() {
 		return
 	}
 	g.sys.facts.Delete(g.id)
-	g.sys.toExecutor("exec.release", jobRef{RunID: g.id})
+	g.sys.toExecutor("exec.release", jobRef{RunID: g.id, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
 		g.sys.tell(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
 	}

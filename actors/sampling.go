@@ -44,6 +44,7 @@ type samplingExecutor struct {
 	// waiting for its sampler's sync): such a job ends cancelled on arrival.
 	cancelled map[samplingRef]time.Time
 	waiting   []*samplingJob // jobs whose adapter waits for memory
+	fence     epochFence     // by the grain that sent a job: an older activation's is refused
 	lastTrim  time.Time      // when the trainer's executor was last asked for memory
 	lastRetry time.Time      // when the waiting jobs last tried again
 }
@@ -68,6 +69,15 @@ type samplingRef struct {
 }
 
 func (j *samplingJob) ref() samplingRef { return samplingRef{j.ReplyKind, j.ReplyID, j.SeqID} }
+
+// sender is the grain whose activation epoch the job carries: the one that
+// hears its outcome, or the sampler for a sync.
+func (j *samplingJob) sender() string {
+	if j.ReplyKind == "" {
+		return samplerKind + "/" + j.SamplerID
+	}
+	return j.ReplyKind + "/" + j.ReplyID
+}
 
 // flight is a sample request, from its start to its last token.
 type flight struct {
@@ -115,7 +125,7 @@ type synced struct {
 
 func newSamplingExecutor(s *System) *samplingExecutor {
 	e := &samplingExecutor{sys: s, cmds: newInbox[samplingCmd](1024), done: make(chan struct{}), held: map[string]*heldAdapter{},
-		cancelled: map[samplingRef]time.Time{}}
+		cancelled: map[samplingRef]time.Time{}, fence: epochFence{}}
 	go e.work()
 	return e
 }
@@ -289,6 +299,10 @@ func (e *samplingExecutor) take(c samplingCmd) {
 		return
 	case e.stopping.Load():
 		return // not started: pending on disk, it runs after the next start
+	case !e.fence.admit(c.job.sender(), c.job.Epoch):
+		e.sys.cfg.Metrics.Fenced("sampling")
+		e.sys.log.Warn("sampling executor refused a stale activation's job", "grain", c.job.sender(), "seq_id", c.job.SeqID, "epoch", c.job.Epoch)
+		return
 	}
 	e.begin(c.job)
 }

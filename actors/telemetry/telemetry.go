@@ -26,6 +26,7 @@ type Metrics struct {
 	commitWrites   prometheus.Counter
 	commitPages    prometheus.Counter
 	commitSeconds  prometheus.Histogram
+	fenced         *prometheus.CounterVec // executor
 }
 
 // New registers the node's collectors, with the Go runtime's and the
@@ -63,9 +64,12 @@ func New() *Metrics {
 			Name: "wts_store_commit_duration_seconds", Help: "Time of one group commit, syncs included.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14), // 100 µs to ~0.8 s
 		}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wts_executor_fenced_total", Help: "Commands an executor refused because they came from a grain activation older than one it has seen (a stale activation after a restart or a move).",
+		}, []string{"executor"}),
 	}
 	m.Registry.MustRegister(m.requests, m.requestSeconds, m.opsAccepted, m.opsExecuted, m.opSeconds,
-		m.commits, m.commitWrites, m.commitPages, m.commitSeconds,
+		m.commits, m.commitWrites, m.commitPages, m.commitSeconds, m.fenced,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -84,6 +88,9 @@ func (m *Metrics) Executed(kind, status string, took time.Duration) {
 	m.opsExecuted.WithLabelValues(kind, status).Inc()
 	m.opSeconds.WithLabelValues(kind).Observe(took.Seconds())
 }
+
+// Fenced records a command an executor refused as stale.
+func (m *Metrics) Fenced(executor string) { m.fenced.WithLabelValues(executor).Inc() }
 
 // Commit records one group commit of the store.
 func (m *Metrics) Commit(writes, pages int, took time.Duration) {
