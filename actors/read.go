@@ -29,12 +29,20 @@ func get[T any](s *System, what, id string, t persistence.Tenant, read func(*per
 	return v, nil
 }
 
-// GetSession reads a session.
-func (s *System) GetSession(t persistence.Tenant, id string) (*persistence.Session, error) {
-	read := func(tx *persistence.Tx, id string, v *persistence.Session) (bool, error) {
-		return tx.Get(persistence.Sessions, []byte(id), v)
+// GetSession reads a session with its lease.
+func (s *System) GetSession(t persistence.Tenant, id string) (*Session, error) {
+	read := func(tx *persistence.Tx, id string, v *Session) (bool, error) {
+		ok, err := tx.Get(persistence.Sessions, []byte(id), &v.Session)
+		if !ok || err != nil {
+			return ok, err
+		}
+		l, err := getLease(tx, id)
+		if err == nil {
+			*v = *sessionView(&v.Session, l)
+		}
+		return true, err
 	}
-	return get(s, "session", id, t, read, func(v *persistence.Session) persistence.Tenant { return v.Tenant })
+	return get(s, "session", id, t, read, func(v *Session) persistence.Tenant { return v.Tenant })
 }
 
 // GetRun reads a run.

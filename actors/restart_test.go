@@ -77,7 +77,7 @@ func mustOpID(t *testing.T, s *System, run string, seq int64) string {
 }
 
 // A session's lease does not run out while its run has work queued or
-// executing: the sweep extends it, and a submission past the lease is
+// executing: its reminder renews it, and a submission past the lease is
 // taken.
 func TestBusyRunKeepsLease(t *testing.T) {
 	var offset atomic.Int64
@@ -97,10 +97,10 @@ func TestBusyRunKeepsLease(t *testing.T) {
 	if _, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "next", RequestHash: "h2", Kind: "forward", Payload: batch(2)}); err != nil {
 		t.Fatalf("a submission past the lease while the run is busy: %v", err)
 	}
-	s.expireSessions()
+	s.reminders.Due()
 	got, _ := s.GetSession(tenant, ss.ID)
 	if op, _ := s.GetOperation(tenant, acc.Op.ID); Terminal(OpMoves, op.Status) {
-		t.Skip("the long forward ended before the sweep") // nothing was busy to prove it
+		t.Skip("the long forward ended before the reminder") // nothing was busy to prove it
 	}
 	if got.Status != SessionReady || !got.LeaseExpiresAt.After(clock()) {
 		t.Fatalf("session %s, lease until %v (now %v)", got.Status, got.LeaseExpiresAt, clock())

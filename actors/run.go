@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/persistence"
 )
@@ -172,10 +173,9 @@ type runGrain struct {
 	queue     []int64    // accepted operations not started, in seq order
 	executing int64      // the operation on the executor, 0 if none
 	priceList *priceList // the session's billing snapshot, read once
-	// session is the run's session record as accept last read or wrote it:
-	// every accepted operation checks the session's lease, and extends it
-	// about once a second.
-	session persistence.Memo[persistence.Session]
+	// lease is the session's lease as accept last read or wrote it: every
+	// accepted operation checks it, and renews it about once a second.
+	lease persistence.Memo[lease.Lease]
 	// parsed holds, by seq_id, the parsed payloads (Submission.parsed) of
 	// queued operations this activation accepted, for the jobs that start
 	// them; an entry leaves when its seq_id leaves the queue.
@@ -391,20 +391,22 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
-		ss, _, err := g.session.Get(tx, persistence.Sessions, []byte(r.SessionID))
-		if err != nil {
-			return err
-		}
 		now := g.sys.now()
 		if kind != payload.Cancel {
+			l, ok, err := g.lease.Get(tx, persistence.Leases, []byte(r.SessionID))
+			if err == nil && !ok {
+				err = fmt.Errorf("session %s has no lease record", r.SessionID)
+			}
+			if err != nil {
+				return err
+			}
 			// Work queued or executing keeps the lease alive (busy): a client
 			// that submitted a long queue and polls does not lose it.
-			if ss.Status != SessionReady || now.After(ss.LeaseExpiresAt) && !g.busy() {
-				return refuse(CodeSessionNotReady, "session %s is %s (lease until %s)", ss.ID, ss.Status, ss.LeaseExpiresAt.Format(time.RFC3339))
+			if l.Revoked || !l.Live(now) && !g.busy() {
+				return refuse(CodeSessionNotReady, "session %s has ended or its lease expired (lease until %s)", r.SessionID, l.ExpiresAt.Format(time.RFC3339))
 			}
-			if lease := now.Add(time.Duration(ss.IdleTTLSeconds) * time.Second); lease.Sub(ss.LeaseExpiresAt) >= leaseWriteEvery {
-				ss.LeaseExpiresAt = lease
-				if err := g.session.Put(tx, persistence.Sessions, []byte(ss.ID), ss); err != nil {
+			if l.Renew(now, leaseWriteEvery) {
+				if err := g.lease.Put(tx, persistence.Leases, []byte(r.SessionID), l); err != nil {
 					return err
 				}
 			}
@@ -415,15 +417,15 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 			IdempotencyKey: key, RequestHash: hash, Payload: body,
 		}
 		r.NextSeqID++
+		var err error
 		if r.Status == RunCreated {
-			if err := move(RunMoves, &r.Status, RunRunning); err != nil {
-				return err
-			}
+			err = move(RunMoves, &r.Status, RunRunning)
 		}
-		switch kind {
-		case payload.Finish:
+		switch {
+		case err != nil:
+		case kind == payload.Finish:
 			err = move(RunMoves, &r.Status, RunFinishing)
-		case payload.Cancel:
+		case kind == payload.Cancel:
 			err = move(RunMoves, &r.Status, RunCancelRequested)
 		}
 		if err != nil {

@@ -53,7 +53,7 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			"sampler.exec_started":   g.execStarted,
 			"sampler.exec_done":      g.execDone,
 			"sampler.sample_for_run": g.sampleForRun,
-			"sampler.idle":           g.idle,
+			"sampler.remind":         g.remind,
 			"sampler.run_ended":      g.runEnd,
 			"sampler.retire":         g.retire,
 			"sampler.wake":           awake,
@@ -117,8 +117,14 @@ func (g *samplerGrain) activate() error {
 		return nil
 	})
 	g.latest, g.runEnded = run.LatestWeightVersion, Terminal(RunMoves, run.Status)
+	if err == nil && g.rec.Status == SamplerReady {
+		g.sys.reminders.At(g.reminder(), g.rec.LastActivityAt.Add(g.sys.cfg.SamplerIdle))
+	}
 	return err
 }
+
+// reminder is the key of the sampler's idle reminder.
+func (g *samplerGrain) reminder() string { return samplerKind + "/" + g.id }
 
 // write commits fn's changes to a copy of the sampler record, fenced by the
 // activation's epoch, and makes the copy the grain's once durable.
@@ -352,6 +358,7 @@ func (g *samplerGrain) synced(_ actor.Context, in msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.sys.reminders.At(g.reminder(), g.sys.now().Add(g.sys.cfg.SamplerIdle))
 	g.kick()
 	return nil, nil
 }
@@ -464,11 +471,21 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in msg) (any, error) {
 	return struct{}{}, nil
 }
 
-// idle releases a sampler nobody has used for a while: its adapter leaves
-// the executor's memory (status absent) and comes back on the next demand.
-func (g *samplerGrain) idle(actor.Context, msg) (any, error) {
-	if g.rec.Status != SamplerReady || g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 ||
-		g.sys.now().Sub(g.rec.LastActivityAt) < g.sys.cfg.SamplerIdle {
+// remind is the idle reminder: a sampler nobody has used for SamplerIdle
+// is released (its adapter leaves the executor's memory, status absent, and
+// comes back on the next demand); one used since, or busy, is reminded
+// again when it could next be idle.
+func (g *samplerGrain) remind(actor.Context, msg) (any, error) {
+	if g.rec.Status != SamplerReady {
+		return struct{}{}, nil // it is reminded again when it is next ready
+	}
+	now := g.sys.now()
+	if next := g.rec.LastActivityAt.Add(g.sys.cfg.SamplerIdle); next.After(now) {
+		g.sys.reminders.At(g.reminder(), next)
+		return struct{}{}, nil
+	}
+	if g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 {
+		g.sys.reminders.At(g.reminder(), now.Add(g.sys.cfg.SamplerIdle))
 		return struct{}{}, nil
 	}
 	err := g.write(func(_ *persistence.Tx, r *persistence.Sampler) error {

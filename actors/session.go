@@ -11,6 +11,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -29,11 +30,37 @@ type NewSession struct {
 	Metadata        json.RawMessage
 }
 
+// Session is a session as the API shows it: its record and its lease.
+type Session struct {
+	persistence.Session
+	LeaseEpoch     int64     `json:"lease_epoch"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	IdleTTLSeconds int64     `json:"idle_ttl_s"`
+}
+
+// sessionView is ss with its lease l.
+func sessionView(ss *persistence.Session, l *lease.Lease) *Session {
+	return &Session{Session: *ss, LeaseEpoch: l.Epoch, LeaseExpiresAt: l.ExpiresAt, IdleTTLSeconds: l.TTLSeconds}
+}
+
+// getLease reads session id's lease inside tx.
+func getLease(tx *persistence.Tx, id string) (*lease.Lease, error) {
+	l := new(lease.Lease)
+	ok, err := tx.Get(persistence.Leases, []byte(id), l)
+	if err == nil && !ok {
+		err = fmt.Errorf("session %s has no lease record", id)
+	}
+	return l, err
+}
+
+// sessionReminder is the reminder key of session id's lease expiry.
+func sessionReminder(id string) string { return sessionKind + "/" + id }
+
 // CreateSession creates and provisions a session, or returns the one an
 // earlier request with the same request_id created (created is false then).
-// The request_id index and the session are written in one transaction, so
-// two racing requests get one session.
-func (s *System) CreateSession(req NewSession) (sess *persistence.Session, created bool, err error) {
+// The request_id index, the session and its lease are written in one
+// transaction, so two racing requests get one session.
+func (s *System) CreateSession(req NewSession) (sess *Session, created bool, err error) {
 	provider, err := s.cfg.Registry.Route(req.Provider, req.Preferences)
 	if err != nil {
 		return nil, false, refuse(CodeProviderUnavailable, "%v", err)
@@ -57,17 +84,27 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 		return nil, false, fmt.Errorf("encode capability: %w", err)
 	}
 	now := s.now()
-	ttl := providers.IdleTTL(provider, req.IdleTTLSeconds)
+	l := lease.Grant(now, lease.TTL(req.IdleTTLSeconds, providers.LeaseLimit(provider)))
 	fresh := &persistence.Session{
 		ID: NewID(SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
 		Status: SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
-		LeaseEpoch: 1, LeaseExpiresAt: now.Add(ttl), IdleTTLSeconds: int64(ttl / time.Second),
 		MaxCostMicroUSD: ceiling, Capability: capability, CapabilitySnapshot: capability,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := requestKey(req.Tenant, "session", req.RequestID)
-	err = s.store.Update(func(tx *persistence.Tx) (err error) {
-		sess, created, err = once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return s.adm.open(req.Tenant.Org, sessionKind) })
+	err = s.store.Update(func(tx *persistence.Tx) error {
+		rec, isNew, err := once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return s.adm.open(req.Tenant.Org, sessionKind) })
+		created = isNew
+		if err != nil {
+			return err
+		}
+		stored := &l
+		if isNew {
+			err = tx.Put(persistence.Leases, []byte(rec.ID), &l)
+		} else {
+			stored, err = getLease(tx, rec.ID)
+		}
+		sess = sessionView(rec, stored)
 		return err
 	})
 	if err != nil {
@@ -78,6 +115,9 @@ func (s *System) CreateSession(req NewSession) (sess *persistence.Session, creat
 			return nil, false, err
 		}
 		return nil, false, fmt.Errorf("create session: %w", err)
+	}
+	if created {
+		s.reminders.At(sessionReminder(sess.ID), l.ExpiresAt)
 	}
 	return sess, created, nil
 }
@@ -138,21 +178,21 @@ func (s *System) CreateRun(req NewRun) (*RunReply, error) {
 }
 
 // Heartbeat extends a session's lease.
-func (s *System) Heartbeat(t persistence.Tenant, id string) (*persistence.Session, error) {
-	var out persistence.Session
+func (s *System) Heartbeat(t persistence.Tenant, id string) (*Session, error) {
+	var out Session
 	return &out, s.call(sessionKind, id, "session.heartbeat", t, &out)
 }
 
 // CloseSession closes a session: its run is cancelled if it is still live,
 // and the session is closed once the run has ended.
-func (s *System) CloseSession(t persistence.Tenant, id string) (*persistence.Session, error) {
-	var out persistence.Session
+func (s *System) CloseSession(t persistence.Tenant, id string) (*Session, error) {
+	var out Session
 	return &out, s.call(sessionKind, id, "session.close", t, &out)
 }
 
-// sessionGrain serialises every change to one session. It keeps no copy of
-// the record: runs extend the lease in the same store, so each change reads,
-// checks and writes the record in one transaction.
+// sessionGrain serialises every change to one session and its lease. It
+// keeps no copy of them: the run's grain renews the lease in the same
+// store, so each change reads, checks and writes them in one transaction.
 type sessionGrain struct {
 	grain
 	epoch int64
@@ -164,37 +204,40 @@ func (g *sessionGrain) Receive(ctx actor.Context) {
 			"session.create_run": g.createRun,
 			"session.heartbeat":  g.heartbeat,
 			"session.close":      g.close,
-			"session.expire":     g.expire,
+			"session.remind":     g.remind,
 			"session.run_ended":  g.runEnded,
 		}
 	}
 	g.receive(ctx, g.activate, nil)
 }
 
-// activate takes the session's lease: it bumps lease_epoch, and every later
-// write of this activation checks that no newer one has bumped it again.
+// activate takes the session's lease: it bumps the lease's epoch, and every
+// later write of this activation checks that no newer one has bumped it
+// again.
 func (g *sessionGrain) activate() error {
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
-		var ss persistence.Session
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok {
+	return g.sys.store.Update(func(tx *persistence.Tx) error {
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &persistence.Session{}); err != nil || !ok {
 			if err == nil {
 				err = notFound("session", g.id)
 			}
 			return err
 		}
-		if !Terminal(SessionMoves, ss.Status) {
-			ss.LeaseEpoch++
+		l, err := getLease(tx, g.id)
+		if err != nil {
+			return err
 		}
-		g.epoch = ss.LeaseEpoch
-		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
+		if !l.Revoked {
+			l.Epoch++
+		}
+		g.epoch = l.Epoch
+		return tx.Put(persistence.Leases, []byte(g.id), l)
 	})
-	return err
 }
 
-// update applies fn to the session inside a fenced transaction and returns
-// the record as written.
-func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx, ss *persistence.Session) error) (*persistence.Session, error) {
-	var out persistence.Session
+// update applies fn to the session and its lease inside a fenced
+// transaction and returns them as written.
+func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error) (*Session, error) {
+	var out *Session
 	var ended bool
 	err := g.sys.store.Update(func(tx *persistence.Tx) error {
 		ss := persistence.Session{}
@@ -204,31 +247,47 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx,
 			}
 			return err
 		}
-		if !Terminal(SessionMoves, ss.Status) && ss.LeaseEpoch != g.epoch {
+		l, err := getLease(tx, g.id)
+		if err != nil {
+			return err
+		}
+		if !l.Revoked && l.Epoch != g.epoch {
 			return errFenced
 		}
 		was := ss.Status
-		if err := fn(tx, &ss); err != nil {
+		if err := fn(tx, &ss, l); err != nil {
 			return err
 		}
+		if ss.Status != SessionReady {
+			l.Revoke() // the session has left ready: its lease ends with it
+		}
 		ss.UpdatedAt = g.sys.now()
-		out = ss
+		out = sessionView(&ss, l)
 		ended = Terminal(SessionMoves, ss.Status) && !Terminal(SessionMoves, was)
+		if err := tx.Put(persistence.Leases, []byte(g.id), l); err != nil {
+			return err
+		}
 		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
 	})
-	if err == nil && ended {
+	if err != nil {
+		return nil, err
+	}
+	if ended {
 		g.sys.adm.close(out.Tenant.Org, sessionKind)
 	}
-	return &out, err
+	if out.Status != SessionReady {
+		g.sys.reminders.Cancel(sessionReminder(g.id))
+	}
+	return out, nil
 }
 
 // live refuses a session that cannot take new work.
-func (g *sessionGrain) live(ss *persistence.Session) error {
+func (g *sessionGrain) live(ss *persistence.Session, l *lease.Lease) error {
 	if ss.Status != SessionReady {
 		return refuse(CodeSessionNotReady, "session %s is %s", ss.ID, ss.Status)
 	}
-	if g.sys.now().After(ss.LeaseExpiresAt) {
-		return refuse(CodeSessionNotReady, "session %s lease expired at %s", ss.ID, ss.LeaseExpiresAt.Format(time.RFC3339))
+	if !l.Live(g.sys.now()) {
+		return refuse(CodeSessionNotReady, "session %s lease expired at %s", ss.ID, l.ExpiresAt.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -238,11 +297,11 @@ func (g *sessionGrain) heartbeat(_ actor.Context, in msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return g.update(t, func(_ *persistence.Tx, ss *persistence.Session) error {
-		if err := g.live(ss); err != nil {
+	return g.update(t, func(_ *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
+		if err := g.live(ss, l); err != nil {
 			return err
 		}
-		ss.LeaseExpiresAt = g.sys.now().Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
+		l.Renew(g.sys.now(), 0)
 		return nil
 	})
 }
@@ -274,7 +333,7 @@ func (g *sessionGrain) createRun(_ actor.Context, in msg) (any, error) {
 			os.RemoveAll(filepath.Dir(g.sys.volume.InitialDir(id)))
 		}
 	}()
-	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session) error {
+	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		out = RunReply{}
 		if ss.RunID != "" {
 			if _, err := persistence.GetRun(tx, ss.RunID, &out.Run); err != nil {
@@ -285,7 +344,7 @@ func (g *sessionGrain) createRun(_ actor.Context, in msg) (any, error) {
 			}
 			return refuse(CodeRunExists, "session %s already has run %s (a session owns exactly one run)", ss.ID, ss.RunID)
 		}
-		if err := g.live(ss); err != nil {
+		if err := g.live(ss, l); err != nil {
 			return err
 		}
 		run, err := g.newRun(tx, ss, req, id)
@@ -363,28 +422,43 @@ func (g *sessionGrain) close(_ actor.Context, in msg) (any, error) {
 	return g.end(t, SessionClosing, RunCancelled, "")
 }
 
-// expire times the session out, unless its run still has work queued or
-// executing: that work is activity, and the lease is extended instead.
-func (g *sessionGrain) expire(actor.Context, msg) (any, error) {
+// remind is the lease's reminder: a lease renewed since it was armed arms
+// it again at its new deadline; one that ran out while the session's run
+// still has work queued or executing is renewed instead (that work is
+// activity); otherwise the session times out.
+func (g *sessionGrain) remind(actor.Context, msg) (any, error) {
 	var ss persistence.Session
-	if err := g.sys.store.View(func(tx *persistence.Tx) error {
-		_, err := tx.Get(persistence.Sessions, []byte(g.id), &ss)
+	var l *lease.Lease
+	if err := g.sys.store.View(func(tx *persistence.Tx) (err error) {
+		if _, err = tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil {
+			return err
+		}
+		l, err = getLease(tx, g.id)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if ss.Status == SessionReady && ss.RunID != "" {
+	switch {
+	case ss.Status != SessionReady || l.Revoked:
+		return struct{}{}, nil
+	case !g.sys.now().After(l.ExpiresAt):
+		g.sys.reminders.At(sessionReminder(g.id), l.ExpiresAt)
+		return struct{}{}, nil
+	}
+	if ss.RunID != "" {
 		var busy bool
 		if err := g.sys.call(runKind, ss.RunID, "run.busy", struct{}{}, &busy); err != nil {
 			return nil, err
 		}
 		if busy {
-			return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session) error {
-				if ss.Status == SessionReady && g.sys.now().After(ss.LeaseExpiresAt) {
-					ss.LeaseExpiresAt = g.sys.now().Add(time.Duration(ss.IdleTTLSeconds) * time.Second)
-				}
+			out, err := g.update(nil, func(_ *persistence.Tx, _ *persistence.Session, l *lease.Lease) error {
+				l.Renew(g.sys.now(), 0)
 				return nil
 			})
+			if err == nil {
+				g.sys.reminders.At(sessionReminder(g.id), out.LeaseExpiresAt)
+			}
+			return out, err
 		}
 	}
 	return g.end(nil, SessionTimedOut, RunTimedOut, CodeTimedOut)
@@ -392,15 +466,15 @@ func (g *sessionGrain) expire(actor.Context, msg) (any, error) {
 
 // end moves the session to status and ends its run with runStatus. A closing
 // session becomes closed once the run has ended (run_ended).
-func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string) (*persistence.Session, error) {
+func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string) (*Session, error) {
 	var runID string
-	ss, err := g.update(t, func(tx *persistence.Tx, ss *persistence.Session) error {
+	ss, err := g.update(t, func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		runID = ""
 		if ss.Status == status || ss.Status == SessionClosed && status == SessionClosing {
 			return nil // a repeat
 		}
-		if status == SessionTimedOut && !g.sys.now().After(ss.LeaseExpiresAt) {
-			return nil // a heartbeat came in after the sweep saw it
+		if status == SessionTimedOut && l.Live(g.sys.now()) {
+			return nil // renewed after the reminder saw it expired
 		}
 		if err := move(SessionMoves, &ss.Status, status); err != nil {
 			return refuse(CodeInvalidState, "session %s is %s", ss.ID, ss.Status)
@@ -430,7 +504,7 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 
 // runEnded closes a closing session once its run has ended.
 func (g *sessionGrain) runEnded(actor.Context, msg) (any, error) {
-	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session) error {
+	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session, _ *lease.Lease) error {
 		if ss.Status == SessionClosing {
 			return move(SessionMoves, &ss.Status, SessionClosed)
 		}

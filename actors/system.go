@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,8 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/wts-project/wts/actors/lease"
+	"github.com/wts-project/wts/actors/reminder"
 	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/actors/wire"
 	"github.com/wts-project/wts/cluster"
@@ -91,6 +94,9 @@ type System struct {
 	models     models
 	adm        *admission
 	mem        *memory
+	// reminders wake grains at the deadlines they keep in the store: a
+	// session's lease expiry, a sampler's idle release.
+	reminders *reminder.Set
 	// reports counts executors' reports sent and not yet handled by their
 	// grains: Stop waits for them, so that an outcome (or a cut) recorded
 	// during the drain reaches the store before it closes.
@@ -147,6 +153,7 @@ func Start(cfg Config) (*System, error) {
 		func() float64 { return float64(mem.limit) })
 	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
 		vault: vault, exportWake: make(chan struct{}, 1), adm: adm, mem: mem}
+	s.reminders = reminder.New(s.now, s.remind)
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
@@ -168,8 +175,11 @@ func Start(cfg Config) (*System, error) {
 		s.Stop(context.Background())
 		return nil, err
 	}
-	s.wg.Add(2)
-	go s.sweep()
+	if err := s.armLeases(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	s.wg.Add(1)
 	go s.exporter()
 	return s, nil
 }
@@ -187,6 +197,7 @@ func (s *System) Registry() *providers.Registry { return s.cfg.Registry }
 // cancelled and recorded so), then stops the actors and closes the store.
 // Pending operations stay pending on disk and run after the next start.
 func (s *System) Stop(ctx context.Context) {
+	s.reminders.Stop()
 	close(s.stop)
 	s.wg.Wait()
 	var both sync.WaitGroup
@@ -542,43 +553,28 @@ func (s *System) samplersIn(statuses ...string) []string {
 	return ids
 }
 
-// sweepEvery is how often the node looks for sessions whose lease ran out
-// and samplers left idle.
-const sweepEvery = 5 * time.Second
-
-func (s *System) sweep() {
-	defer s.wg.Done()
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.expireSessions()
-			for _, id := range s.samplersIn(SamplerReady) {
-				s.tell(samplerKind, id, "sampler.idle", struct{}{})
+// armLeases arms the expiry reminder of every lease that has not been
+// revoked: reminders live in memory, their deadlines in the store.
+func (s *System) armLeases() error {
+	return s.store.View(func(tx *persistence.Tx) error {
+		return tx.Scan(persistence.Leases, nil, nil, func(k, raw []byte) (bool, error) {
+			var l lease.Lease
+			if err := persistence.Decode(raw, &l); err != nil {
+				return false, err
 			}
-		}
-	}
-}
-
-// expireSessions times out the ready sessions whose lease has ended.
-func (s *System) expireSessions() {
-	now := s.now()
-	var ids []string
-	s.store.View(func(tx *persistence.Tx) error {
-		return tx.Scan(persistence.Sessions, nil, nil, func(_, raw []byte) (bool, error) {
-			var ss persistence.Session
-			if err := persistence.Decode(raw, &ss); err == nil && ss.Status == SessionReady && now.After(ss.LeaseExpiresAt) {
-				ids = append(ids, ss.ID)
+			if !l.Revoked {
+				s.reminders.At(sessionReminder(string(k)), l.ExpiresAt)
 			}
 			return true, nil
 		})
 	})
-	for _, id := range ids {
-		if err := s.call(sessionKind, id, "session.expire", struct{}{}, nil); err != nil {
-			s.log.Error("expire session", "session", id, "err", err)
-		}
+}
+
+// remind delivers a reminder ("kind/id") to its grain's kind.remind,
+// activating the grain if it is not in memory.
+func (s *System) remind(key string) {
+	kind, id, _ := strings.Cut(key, "/")
+	if err := s.call(kind, id, kind+".remind", struct{}{}, nil); err != nil {
+		s.log.Error("reminder", "grain", key, "err", err)
 	}
 }

@@ -93,7 +93,7 @@ func submit(t *testing.T, s *System, run string, seq int64, kind string, p json.
 	return wait(t, s, acc.Op.ID)
 }
 
-func newRun(t *testing.T, s *System) (*persistence.Session, *persistence.Run) {
+func newRun(t *testing.T, s *System) (*Session, *persistence.Run) {
 	t.Helper()
 	ss, created, err := s.CreateSession(NewSession{Tenant: tenant, RequestID: "s1"})
 	if err != nil || !created {
@@ -187,7 +187,7 @@ func TestSeqAndIdempotency(t *testing.T) {
 	}
 }
 
-// A session whose lease runs out is timed out by the sweeper, with its run;
+// A session whose lease runs out is timed out by its reminder, with its run;
 // a heartbeat or an accepted operation pushes the lease back first.
 func TestLeaseExpiry(t *testing.T) {
 	var offset atomic.Int64 // how far the test has moved the clock
@@ -209,7 +209,7 @@ func TestLeaseExpiry(t *testing.T) {
 
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
 	offset.Add(int64(ttl - 10*time.Second)) // within the lease the operation extended
-	s.expireSessions()
+	s.reminders.Due()
 	if st, _ := status(); st != SessionReady {
 		t.Fatalf("session %s before its lease ended", st)
 	}
@@ -217,7 +217,7 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	offset.Add(int64(ttl - 10*time.Second)) // past the first lease, within the heartbeat's
-	s.expireSessions()
+	s.reminders.Due()
 	if st, _ := status(); st != SessionReady {
 		t.Fatalf("session %s: the heartbeat did not extend the lease", st)
 	}
@@ -228,7 +228,7 @@ func TestLeaseExpiry(t *testing.T) {
 	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSessionNotReady {
 		t.Fatalf("submission after the lease ended: %v", err)
 	}
-	s.expireSessions()
+	s.reminders.Due()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, rs := status()

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/payload/scan"
 	"github.com/wts-project/wts/persistence"
@@ -97,7 +99,7 @@ func (b *sessionBody) check() error {
 		oneOf(b.FundingPreference, "funding_preference", "auto", "platform", "byok"),
 		length(b.CredentialID, "credential_id", 1, 200),
 		rangeInt(b.MaxCostMicroUSD, "max_cost_microusd", 1, 1<<62),
-		rangeInt(b.IdleTTLSeconds, "idle_ttl_s", 60, 86400),
+		rangeInt(b.IdleTTLSeconds, "idle_ttl_s", int64(lease.MinTTL/time.Second), int64(lease.MaxTTL/time.Second)),
 		object(b.Metadata, "metadata"))
 	if err != nil {
 		return err

@@ -87,7 +87,7 @@ func requestTarget[T any](ctx *fasthttp.RequestCtx, t persistence.Tenant, param,
 }
 
 // sessionAction is heartbeat and close: the session after the action.
-func (s *Server) sessionAction(act func(persistence.Tenant, string) (*persistence.Session, error)) authed {
+func (s *Server) sessionAction(act func(persistence.Tenant, string) (*actors.Session, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 		id, _, err := requestTarget(ctx, t, "session_id", actors.SessionPrefix, "session", s.sys.GetSession)
 		if err != nil {

@@ -23,7 +23,7 @@ type Key struct {
 }
 
 // Session is one caller session. JSON tags give the API shape; fields tagged
-// "-" are the service's own.
+// "-" are the service's own. Its lease is a record of its own (Leases).
 type Session struct {
 	ID                 string          `msgpack:"id" json:"id"`
 	Tenant             Tenant          `msgpack:"tenant" json:"-"`
@@ -32,9 +32,6 @@ type Session struct {
 	Provider           string          `msgpack:"provider" json:"provider"`
 	FundingSource      string          `msgpack:"funding_source" json:"funding_source"`
 	CredentialID       string          `msgpack:"credential_id" json:"-"`
-	LeaseEpoch         int64           `msgpack:"lease_epoch" json:"lease_epoch"`
-	LeaseExpiresAt     time.Time       `msgpack:"lease_expires_at" json:"lease_expires_at"`
-	IdleTTLSeconds     int64           `msgpack:"idle_ttl_s" json:"idle_ttl_s"`
 	MaxCostMicroUSD    *int64          `msgpack:"max_cost_microusd" json:"max_cost_microusd"`
 	ErrorCode          string          `msgpack:"error_code" json:"error_code,omitempty"`
 	Capability         json.RawMessage `msgpack:"capability" json:"capability"`

@@ -43,9 +43,10 @@ const (
 	Credentials Bucket = "credentials" // credential id → Credential
 	Exports     Bucket = "exports"     // export id → Export
 	Samplers    Bucket = "samplers"    // sampler id → Sampler
+	Leases      Bucket = "leases"      // session id → its lease (actors/lease)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

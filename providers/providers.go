@@ -52,15 +52,9 @@ type Capability struct {
 // DefaultProfile is the resource profile a run gets.
 const DefaultProfile = "cpu-default"
 
-// Lease bounds, in seconds.
-const (
-	DefaultIdleTTL = 3600
-	MinIdleTTL     = 60
-	MaxIdleTTL     = 86400
-	// TrainerLifetime caps provider_a's idle lease: its trainers are
-	// recycled after this long without a heartbeat.
-	TrainerLifetime = 14400
-)
+// TrainerLifetime caps provider_a's idle lease: its trainers are recycled
+// after this long without a heartbeat.
+const TrainerLifetime = 4 * time.Hour
 
 // DefaultCeiling is what a platform-funded session without a ceiling
 // reserves: 100 USD.
@@ -140,17 +134,12 @@ func Funding(preference, credentialID string) (string, error) {
 	}
 }
 
-// IdleTTL is the lease length a session gets for a requested idle_ttl_s
-// (0: not given).
-func IdleTTL(provider string, requested int64) time.Duration {
-	s := int64(DefaultIdleTTL)
-	if requested > 0 {
-		s = requested
+// LeaseLimit caps the idle lease of provider p's sessions (0: no cap).
+func LeaseLimit(p string) time.Duration {
+	if p == A {
+		return TrainerLifetime
 	}
-	if provider == A {
-		s = min(s, TrainerLifetime)
-	}
-	return time.Duration(s) * time.Second
+	return 0
 }
 
 // CheckRevision applies the provider's model-identity rule: provider_a runs
