@@ -162,6 +162,31 @@ type grain struct {
 	// load, when set, is the grain's queued work, reported to admission
 	// control after every message it handles.
 	load func() (org string, ops int, bytes int64)
+	// idle, when set, says whether the grain holds nothing that is not in
+	// the store and awaits no report, so that it may passivate; unset, it
+	// always may.
+	idle func() bool
+	// last is when the grain last handled a message; idleTimer checks,
+	// GrainIdle after it, whether the grain may passivate (protoactor's
+	// ReceiveTimeout races with the mailbox: protoactor-go#1139).
+	last      time.Time
+	idleTimer *time.Timer
+}
+
+// idleCheck is the grain's own message that its idle timer fired.
+type idleCheck struct{}
+
+// passivateIfIdle passivates a grain that has had no message for
+// GrainIdle and holds nothing in flight; otherwise it checks again when it
+// next could be.
+func (b *grain) passivateIfIdle(ctx actor.Context) {
+	wait := b.sys.cfg.GrainIdle - time.Since(b.last)
+	if wait <= 0 && (b.idle == nil || b.idle()) {
+		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
+		return
+	}
+	self, root := ctx.Self(), b.sys.actors.Root
+	b.idleTimer = time.AfterFunc(max(wait, b.sys.cfg.GrainIdle), func() { root.Send(self, idleCheck{}) })
 }
 
 // receive is a grain's Receive: on activation it recovers (activate) and
@@ -175,7 +200,22 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 			resume()
 		}
 		b.account()
+		if b.err != nil {
+			// The calls already here are answered with the failure; then
+			// this activation leaves, and the next call tries again.
+			ctx.Poison(ctx.Self())
+			return
+		}
+		b.last = time.Now()
+		b.passivateIfIdle(ctx)
+	case idleCheck:
+		b.passivateIfIdle(ctx)
+	case *actor.Stopped:
+		if b.idleTimer != nil {
+			b.idleTimer.Stop()
+		}
 	default:
+		b.last = time.Now()
 		defer b.account()
 		if l, ok := m.(*local); ok && l.counted {
 			defer b.sys.reports.Add(-1)

@@ -201,6 +201,7 @@ func (g *runGrain) Receive(ctx actor.Context) {
 			"run.exec_progress": g.execProgress,
 		}
 		g.load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
+		g.idle = func() bool { return !g.busy() }
 	}
 	g.receive(ctx, g.activate, g.kick)
 }
@@ -687,9 +688,9 @@ func (g *runGrain) ended() {
 	g.sys.facts.Delete(g.id)
 	g.sys.toExecutor("exec.release", jobRef{RunID: g.id, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
-		g.sys.tell(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
+		g.sys.notify(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
 	}
-	g.sys.tell(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
+	g.sys.notify(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
 }
 
 // done is the executor's report on one operation.
@@ -808,7 +809,7 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 	}
 	g.executing = 0
 	if d.WeightVersion > 0 {
-		g.sys.tell(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
+		g.sys.notify(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
 	}
 	if g.run.Status == RunPoisoned {
 		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
@@ -854,7 +855,7 @@ func (g *runGrain) handOff(d *done) error {
 	if err != nil {
 		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
 	}
-	g.sys.tell(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	g.sys.notify(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
 	return nil
 }
 

@@ -66,6 +66,9 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			}
 			return g.rec.Tenant.Org, n, g.held()
 		}
+		// A sampler whose sync is in flight awaits its report, and
+		// run-scoped samples waiting for a version live only here.
+		g.idle = func() bool { return g.executing == 0 && len(g.queue) == 0 && len(g.forRun) == 0 && g.syncing == 0 }
 	}
 	g.receive(ctx, g.activate, g.kick)
 }
@@ -465,6 +468,11 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in msg) (any, error) {
 		return nil, err
 	}
 	g.latest = max(g.latest, rs.Version)
+	for _, j := range g.forRun {
+		if j.Epoch == rs.RunEpoch && j.SeqID == rs.SeqID {
+			return struct{}{}, nil // sent again (see notify)
+		}
+	}
 	g.forRun = append(g.forRun, &samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
 		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ReplyKind: runKind, ReplyID: g.rec.RunID})
 	g.kick()

@@ -196,6 +196,9 @@ func (s *System) CloseSession(t persistence.Tenant, id string) (*Session, error)
 type sessionGrain struct {
 	grain
 	epoch int64
+	// closing: the session waits for its run to end (session.run_ended),
+	// so it does not passivate.
+	closing bool
 }
 
 func (g *sessionGrain) Receive(ctx actor.Context) {
@@ -207,16 +210,18 @@ func (g *sessionGrain) Receive(ctx actor.Context) {
 			"session.remind":     g.remind,
 			"session.run_ended":  g.runEnded,
 		}
+		g.idle = func() bool { return !g.closing }
 	}
 	g.receive(ctx, g.activate, nil)
 }
 
 // activate takes the session's lease: it bumps the lease's epoch, and every
 // later write of this activation checks that no newer one has bumped it
-// again.
+// again. A closing session whose run ended meanwhile closes.
 func (g *sessionGrain) activate() error {
 	return g.sys.store.Update(func(tx *persistence.Tx) error {
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &persistence.Session{}); err != nil || !ok {
+		var ss persistence.Session
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok {
 			if err == nil {
 				err = notFound("session", g.id)
 			}
@@ -229,7 +234,22 @@ func (g *sessionGrain) activate() error {
 		if !l.Revoked {
 			l.Epoch++
 		}
-		g.epoch = l.Epoch
+		g.epoch, g.closing = l.Epoch, ss.Status == SessionClosing
+		if g.closing && ss.RunID != "" {
+			var r persistence.Run
+			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &r); err != nil {
+				return err
+			}
+			if Terminal(RunMoves, r.Status) {
+				if err := move(SessionMoves, &ss.Status, SessionClosed); err != nil {
+					return err
+				}
+				g.closing, ss.UpdatedAt = false, g.sys.now()
+				if err := tx.Put(persistence.Sessions, []byte(g.id), &ss); err != nil {
+					return err
+				}
+			}
+		}
 		return tx.Put(persistence.Leases, []byte(g.id), l)
 	})
 }
@@ -275,6 +295,7 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx,
 	if ended {
 		g.sys.adm.close(out.Tenant.Org, sessionKind)
 	}
+	g.closing = out.Status == SessionClosing
 	if out.Status != SessionReady {
 		g.sys.reminders.Cancel(sessionReminder(g.id))
 	}

@@ -49,6 +49,10 @@ type Config struct {
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory (default 10 minutes).
 	SamplerIdle time.Duration
+	// GrainIdle is how long a grain with nothing in flight stays in memory
+	// after its last message before it passivates (default 10 minutes); the
+	// next message activates it again from the store.
+	GrainIdle time.Duration
 	// CredentialsKey is the file of the key that seals customer credentials
 	// (default: secrets/credentials.key in the data folder).
 	CredentialsKey string
@@ -114,6 +118,9 @@ func Start(cfg Config) (*System, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = telemetry.New()
+	}
+	if cfg.GrainIdle == 0 {
+		cfg.GrainIdle = 10 * time.Minute
 	}
 	if cfg.SnapshotEvery == 0 {
 		cfg.SnapshotEvery = time.Minute
@@ -302,6 +309,39 @@ func (s *System) localPID(kind, id string) *actor.PID {
 // the service's CPU at 64 clients when every executor report made one.
 func (s *System) tell(kind, id, method string, msg any) {
 	s.deliver(kind, id, &local{method: method, val: msg})
+}
+
+// notifyTries bounds how often notify sends one message.
+const notifyTries = 5
+
+// notify sends a message to a grain that may be passivating (a session, a
+// sampler, an idle run) and must get it: unlike tell, it is a request whose
+// answer it awaits on a goroutine of its own, so that one that reached an
+// activation as it left (a dead letter, or dropped from its mailbox and so
+// never answered) is sent again to the next activation. Its handlers are
+// idempotent. What is lost when the node stops is recovered from the store
+// at the next activation.
+func (s *System) notify(kind, id, method string, v any) {
+	go func() {
+		for try := 1; ; try++ {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			err := s.call(kind, id, method, v, nil)
+			if e := AsError(err); err == nil || e.Code != CodeUnavailable {
+				if err != nil {
+					s.log.Error("notify", "grain", kind+"/"+id, "method", method, "err", err)
+				}
+				return
+			}
+			if try == notifyTries {
+				s.log.Error("notify: grain did not answer", "grain", kind+"/"+id, "method", method, "tries", try, "err", err)
+				return
+			}
+		}
+	}()
 }
 
 // deliver sends m to a grain (see tell) and reports whether it was sent as

@@ -93,7 +93,9 @@ func newNodeWith(t *testing.T, preset string, extra ...string) *node {
 
 func (n *node) start() {
 	n.t.Helper()
-	args := []string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn"}
+	// Grains passivate after 200 ms idle (10 minutes in service), so that the
+	// whole suite also drives them back from the store between requests.
+	args := []string{"serve", "--data", n.data, "--addr", "127.0.0.1:0", "--model", "tiny=" + n.modelDir, "--log-level", "warn", "--grain-idle", "200ms"}
 	env := os.Environ()
 	for _, x := range n.extra {
 		if kv, ok := strings.CutPrefix(x, "env:"); ok { // an environment variable, not a flag

@@ -56,6 +56,7 @@ func serveCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
 	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
+	grainIdle := fs.Duration("grain-idle", 10*time.Minute, "how long an idle session, run or sampler grain stays in memory before it passivates (it comes back from the store on its next message)")
 	signingKey := fs.String("signing-key", "", "file of the 32-byte key that signs download links (default: DATA/secrets/signing.key, made on first start)")
 	credentialsKey := credentialsKeyFlag(fs)
 	engineNice := fs.Int("engine-nice", defaultEngineNice, "OS priority (nice, 0-19) of the engine's threads, below the API's (see docs/operations.md); 0 runs them at the node's own")
@@ -109,7 +110,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle,
+	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine})
 	if err != nil {
 		return err
