@@ -6,12 +6,15 @@ DATA ?= ./data
 build:
 	$(GO) build ./...
 
-# The whole default suite: vet, then every package's tests. Long fuzz, soak
-# and benchmark runs live behind their own targets.
+# The whole default suite: vet, then every package's tests, then the grains'
+# and the black-box suites again with every message between actors
+# msgpack-encoded as between nodes (WTS_WIRE=1). Long fuzz, soak and
+# benchmark runs live behind their own targets.
 test: vet lint-openapi hub-client
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
 	$(GO) test -race -count=1 ./actors/ ./persistence/
+	WTS_WIRE=1 $(GO) test -count=1 ./actors/ ./http/
 
 vet:
 	$(GO) vet ./...

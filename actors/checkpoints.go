@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/train"
@@ -280,11 +281,11 @@ type RetireReply struct {
 // is harmless, and finishes a removal a crash cut short.
 func (s *System) Retire(t persistence.Tenant, runID, requestID string) (*RetireReply, error) {
 	var out RetireReply
-	return &out, s.call(runKind, runID, "run.retire", Control{t, requestID}, &out)
+	return &out, s.router.Call(runKind, runID, "run.retire", Control{t, requestID}, &out)
 }
 
-func (g *runGrain) retire(_ actor.Context, in msg) (any, error) {
-	req, err := decode[Control](in)
+func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +310,7 @@ func (g *runGrain) retire(_ actor.Context, in msg) (any, error) {
 		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.id, err)
 	}
 	if g.run.SamplerID != "" {
-		if err := g.sys.call(samplerKind, g.run.SamplerID, "sampler.retire", struct{}{}, nil); err != nil {
+		if err := g.sys.router.Call(samplerKind, g.run.SamplerID, "sampler.retire", struct{}{}, nil); err != nil {
 			return nil, fmt.Errorf("retire sampler %s: %w", g.run.SamplerID, err)
 		}
 	}

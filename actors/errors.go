@@ -3,18 +3,16 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"runtime/debug"
+
+	"github.com/wts-project/wts/actors/grain"
 )
 
 // Error is a refusal with a public error code (see docs/errors.md; the HTTP
 // layer maps each code to its status in one table).
-type Error struct {
-	Code    string
-	Message string
-}
+type Error = grain.Error
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+// AsError returns err as a public Error: itself, or internal_error.
+var AsError = grain.AsError
 
 // Codes the grains answer with.
 const (
@@ -29,8 +27,8 @@ const (
 	CodeModelUnavailable    = "model_not_available"
 	CodeRevisionMismatch    = "model_revision_mismatch"
 	CodeUnsupported         = "operation_not_supported"
-	CodeInternal            = "internal_error"
-	CodeUnavailable         = "unavailable"
+	CodeInternal            = grain.CodeInternal
+	CodeUnavailable         = grain.CodeUnavailable
 
 	// Operation and run error codes (not HTTP replies).
 	CodeInterrupted = "interrupted"
@@ -51,15 +49,6 @@ func notFound(what, id string) *Error {
 // holds the lease.
 var errFenced = errors.New("grain fenced: a newer activation holds the lease")
 
-// AsError returns err as a public Error: itself, or internal_error.
-func AsError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &Error{Code: CodeInternal, Message: "internal error"}
-}
-
 // Codes of session and run creation.
 const (
 	CodeProviderUnavailable = "provider_unavailable"
@@ -71,19 +60,3 @@ const (
 	CodeRunNotTerminal         = "run_not_terminal"
 	CodeCheckpointIncompatible = "checkpoint_incompatible"
 )
-
-// errPanic is a job or a handler that panicked: a bug of the service, which
-// fails that one operation (internal_error) and leaves the node serving.
-var errPanic = errors.New("panic")
-
-// guard runs fn and turns a panic in it into an error wrapping errPanic,
-// logged with its stack: no input may take the node down.
-func guard(log *slog.Logger, what string, fn func() error) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			log.Error("recovered from a panic", "in", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = fmt.Errorf("%w in %s: %v", errPanic, what, v)
-		}
-	}()
-	return fn()
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	gojson "github.com/goccy/go-json"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
@@ -144,7 +145,7 @@ type jobRef struct {
 
 // Receive takes the grains' commands.
 func (e *executor) Receive(ctx actor.Context) {
-	method, in, _, ok := request(ctx.Message())
+	method, in, _, ok := grain.Request(ctx.Message())
 	if !ok {
 		return
 	}
@@ -152,12 +153,12 @@ func (e *executor) Receive(ctx actor.Context) {
 	switch method {
 	case "exec.job":
 		var j *job
-		if j, err = decode[job](in); err == nil {
+		if j, err = grain.Decode[job](in); err == nil {
 			e.submit(j)
 		}
 	case "exec.cancel":
 		var r *jobRef
-		if r, err = decode[jobRef](in); err == nil {
+		if r, err = grain.Decode[jobRef](in); err == nil {
 			e.cancel(r)
 		}
 	case "exec.trim":
@@ -167,7 +168,7 @@ func (e *executor) Receive(ctx actor.Context) {
 		e.wake.Signal()
 	case "exec.release":
 		var r *jobRef
-		if r, err = decode[jobRef](in); err == nil {
+		if r, err = grain.Decode[jobRef](in); err == nil {
 			e.mu.Lock()
 			if e.admit(r.RunID, r.Epoch, "release") {
 				// The run has ended: its activations send nothing more.
@@ -340,7 +341,7 @@ func (e *executor) slice(t *task) {
 		t.started = time.Now()
 	}
 	if d == nil {
-		err = guard(e.sys.log, "executor "+j.Kind, func() (err error) {
+		err = grain.Guard(e.sys.log, "executor "+j.Kind, func() (err error) {
 			d, err = e.step(t)
 			return err
 		})
@@ -353,7 +354,7 @@ func (e *executor) slice(t *task) {
 			}
 			return
 		}
-		if errors.Is(err, errPanic) {
+		if errors.Is(err, grain.ErrPanic) {
 			e.drop(j.RunID) // whatever it holds now is suspect: rebuild it
 		}
 		d = failure(t.ctx, err)
@@ -377,7 +378,7 @@ func (e *executor) slice(t *task) {
 	e.mu.Lock()
 	e.forget(t)
 	e.mu.Unlock()
-	e.sys.report(runKind, j.RunID, "run.exec_done", d)
+	e.sys.router.Report(runKind, j.RunID, "run.exec_done", d)
 }
 
 // backInLine puts t back in its organization's line for its next turn, and
@@ -407,7 +408,9 @@ const markAfter = 20 * time.Millisecond
 // that keeps taking the node down are counted.
 func (e *executor) markStarted(t *task) {
 	j := t.j
-	report := func() { e.sys.report(runKind, j.RunID, "run.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID}) }
+	report := func() {
+		e.sys.router.Report(runKind, j.RunID, "run.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
+	}
 	if j.First {
 		report()
 		return
@@ -437,7 +440,7 @@ func (e *executor) step(t *task) (*done, error) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
 				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-				e.sys.tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+				e.sys.router.Tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 			}
 		})
 	}
@@ -828,7 +831,7 @@ func (e *executor) evict(run string) {
 		if err := e.snapshot(run, ts); err != nil {
 			e.sys.log.Error("snapshot before eviction", "run", run, "err", err)
 		} else {
-			e.sys.tell(runKind, run, "run.snapshotted", snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
+			e.sys.router.Tell(runKind, run, "run.snapshotted", snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
 		}
 	}
 	e.sys.log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)

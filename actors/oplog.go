@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -23,7 +24,7 @@ import (
 // (persistence.Memo checks the stored bytes on every read, so a failed write
 // only costs a decode).
 type opOwner struct {
-	grain
+	base
 	epoch uint64
 	head  persistence.Memo[persistence.Head]
 	ops   map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
@@ -154,11 +155,11 @@ func settle(op *persistence.Operation, status, code, msg string, now time.Time) 
 
 // grain is what every grain has: its system, identity, activation failure
 // and methods.
-type grain struct {
+type base struct {
 	sys     *System
 	id      string
-	err     error              // activation failure, answered to every call
-	methods map[string]handler // by wire method name
+	err     error                    // activation failure, answered to every call
+	methods map[string]grain.Handler // by wire method name
 	// load, when set, is the grain's queued work, reported to admission
 	// control after every message it handles.
 	load func() (org string, ops int, bytes int64)
@@ -179,7 +180,7 @@ type idleCheck struct{}
 // passivateIfIdle passivates a grain that has had no message for
 // GrainIdle and holds nothing in flight; otherwise it checks again when it
 // next could be.
-func (b *grain) passivateIfIdle(ctx actor.Context) {
+func (b *base) passivateIfIdle(ctx actor.Context) {
 	wait := b.sys.cfg.GrainIdle - time.Since(b.last)
 	if wait <= 0 && (b.idle == nil || b.idle()) {
 		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
@@ -192,7 +193,7 @@ func (b *grain) passivateIfIdle(ctx actor.Context) {
 // receive is a grain's Receive: on activation it recovers (activate) and
 // moves on (resume, if any); a call goes to its method's handler, or is
 // answered with the activation's failure.
-func (b *grain) receive(ctx actor.Context, activate func() error, resume func()) {
+func (b *base) receive(ctx actor.Context, activate func() error, resume func()) {
 	switch m := ctx.Message().(type) {
 	case *pcluster.ClusterInit:
 		b.id = m.Identity.Identity
@@ -217,26 +218,26 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 	default:
 		b.last = time.Now()
 		defer b.account()
-		if l, ok := m.(*local); ok && l.counted {
-			defer b.sys.reports.Add(-1)
+		if l, ok := m.(*grain.Local); ok && l.Counted {
+			defer b.sys.router.Handled()
 		}
-		method, in, isLocal, ok := request(m)
+		method, in, isLocal, ok := grain.Request(m)
 		if !ok {
 			return
 		}
 		h := b.methods[method]
 		switch {
 		case b.err != nil:
-			h = func(actor.Context, msg) (any, error) { return nil, b.err }
+			h = func(actor.Context, grain.In) (any, error) { return nil, b.err }
 		case h == nil:
-			h = func(actor.Context, msg) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
+			h = func(actor.Context, grain.In) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
 		}
-		answer(ctx, b.sys.log, method, in, isLocal, func(ctx actor.Context, in msg) (resp any, err error) {
-			err = guard(b.sys.log, "grain "+method, func() (err error) {
+		grain.Answer(ctx, b.sys.log, method, in, isLocal, func(ctx actor.Context, in grain.In) (resp any, err error) {
+			err = grain.Guard(b.sys.log, "grain "+method, func() (err error) {
 				resp, err = h(ctx, in)
 				return err
 			})
-			if errors.Is(err, errPanic) {
+			if errors.Is(err, grain.ErrPanic) {
 				// What the grain holds in memory may be half-changed: it
 				// starts over from its durable state, as after a restart.
 				if b.err = activate(); b.err == nil && resume != nil {
@@ -249,7 +250,7 @@ func (b *grain) receive(ctx actor.Context, activate func() error, resume func())
 }
 
 // account reports the grain's queued work to admission control.
-func (b *grain) account() {
+func (b *base) account() {
 	if b.load != nil && b.err == nil && b.id != "" { // activated (Started comes before ClusterInit)
 		org, ops, bytes := b.load()
 		b.sys.adm.set(b.id, org, ops, bytes)
@@ -267,14 +268,14 @@ func (o *opOwner) held() int64 {
 }
 
 // awake answers a call that only activates its grain.
-func awake(actor.Context, msg) (any, error) { return struct{}{}, nil }
+func awake(actor.Context, grain.In) (any, error) { return struct{}{}, nil }
 
 // admit decodes a submission to the grain and answers what needs no new
 // operation: another tenant's (not found, as what) and a repeat of an
 // idempotency key (the original). Otherwise it returns the submission and
 // its idempotency key, with a nil Accepted.
-func (b *grain) admit(in msg, owner persistence.Tenant, what string) (*Submission, []byte, *Accepted, error) {
-	sub, err := decode[Submission](in)
+func (b *base) admit(in grain.In, owner persistence.Tenant, what string) (*Submission, []byte, *Accepted, error) {
+	sub, err := grain.Decode[Submission](in)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -316,8 +317,8 @@ func (o *opOwner) sweepQueue(tx *persistence.Tx, queue []int64, fn func(op *pers
 // outcome decodes an executor's report on an operation and keeps it only
 // when it is about the one this activation has executing: a report meant
 // for an older activation is dropped (recovery settled that operation).
-func outcome(in msg, epoch uint64, executing int64) (*done, error) {
-	d, err := decode[done](in)
+func outcome(in grain.In, epoch uint64, executing int64) (*done, error) {
+	d, err := grain.Decode[done](in)
 	if err != nil || d.Epoch != epoch || d.SeqID != executing {
 		return nil, err
 	}
@@ -326,8 +327,8 @@ func outcome(in msg, epoch uint64, executing int64) (*done, error) {
 
 // startReport decodes an executor's word that an operation began, kept
 // only when it is about the one this activation has executing.
-func startReport(in msg, epoch uint64, executing int64) (*started, error) {
-	st, err := decode[started](in)
+func startReport(in grain.In, epoch uint64, executing int64) (*started, error) {
+	st, err := grain.Decode[started](in)
 	if err != nil || st.Epoch != epoch || st.SeqID != executing {
 		return nil, err
 	}

@@ -3,8 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -34,10 +32,7 @@ func awaitPassivated(t *testing.T, s *System, kinds ...string) {
 // idempotent repeat finds the original, and a session's lease reminder
 // reaches its passivated grain.
 func TestGrainsPassivate(t *testing.T) {
-	s, err := Start(Config{DataDir: t.TempDir(), Registry: registry(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), GrainIdle: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startWith(t, Config{DataDir: t.TempDir(), Registry: registry(t), GrainIdle: 50 * time.Millisecond})
 	defer s.Stop(context.Background())
 	ss, run := newRun(t, s)
 	first := loss(t, submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1)))
@@ -72,7 +67,7 @@ func TestFailedActivationRetried(t *testing.T) {
 	defer s.Stop(context.Background())
 	id := NewID(RunPrefix)
 	var e *Error
-	if err := s.call(runKind, id, "run.wake", struct{}{}, nil); !errors.As(err, &e) || e.Code != CodeNotFound {
+	if err := s.router.Call(runKind, id, "run.wake", struct{}{}, nil); !errors.As(err, &e) || e.Code != CodeNotFound {
 		t.Fatalf("waking a run with no record: %v", err)
 	}
 	_, run := newRun(t, s)
@@ -83,7 +78,7 @@ func TestFailedActivationRetried(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := s.call(runKind, id, "run.wake", struct{}{}, nil)
+		err := s.router.Call(runKind, id, "run.wake", struct{}{}, nil)
 		if err == nil {
 			break
 		}

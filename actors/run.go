@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/persistence"
@@ -57,7 +58,7 @@ func (s *System) Submit(sub Submission) (*Accepted, error) {
 		return nil, &payload.Invalid{Field: "payload.required_weight_version", Reason: "a run-scoped sample always samples the run's current weights; send it to the sampler instead"}
 	}
 	var out Accepted
-	return &out, s.call(runKind, sub.Target, "run.submit", sub, &out)
+	return &out, s.router.Call(runKind, sub.Target, "run.submit", sub, &out)
 }
 
 // checkPayload checks a submission's kind against those offered and its
@@ -149,13 +150,13 @@ type Control struct {
 // Finish asks the run to finish once its queued operations have run.
 func (s *System) Finish(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
 	var out Accepted
-	return &out, s.call(runKind, runID, "run.finish", Control{t, requestID}, &out)
+	return &out, s.router.Call(runKind, runID, "run.finish", Control{t, requestID}, &out)
 }
 
 // Cancel cancels the run's pending and executing operations and ends it.
 func (s *System) Cancel(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
 	var out Accepted
-	return &out, s.call(runKind, runID, "run.cancel", Control{t, requestID}, &out)
+	return &out, s.router.Call(runKind, runID, "run.cancel", Control{t, requestID}, &out)
 }
 
 // runEnd is the session's order to end its run (close, lease expiry).
@@ -187,14 +188,14 @@ type runGrain struct {
 
 func (g *runGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
-		g.methods = map[string]handler{
+		g.methods = map[string]grain.Handler{
 			"run.submit":        g.submit,
 			"run.finish":        g.finish,
 			"run.cancel":        g.cancel,
 			"run.end":           g.end,
 			"run.retire":        g.retire,
 			"run.wake":          awake,
-			"run.busy":          func(actor.Context, msg) (any, error) { return g.busy(), nil },
+			"run.busy":          func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
 			"run.exec_started":  g.execStarted,
 			"run.snapshotted":   g.snapshotted,
 			"run.exec_done":     g.execDone,
@@ -344,7 +345,7 @@ func accepting(r *persistence.Run) error {
 	return nil
 }
 
-func (g *runGrain) submit(_ actor.Context, in msg) (any, error) {
+func (g *runGrain) submit(_ actor.Context, in grain.In) (any, error) {
 	sub, key, acc, err := g.admit(in, g.run.Tenant, "run")
 	if err != nil || acc != nil {
 		return acc, err
@@ -489,8 +490,8 @@ func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accep
 	return handle(op, true), nil
 }
 
-func (g *runGrain) finish(_ actor.Context, in msg) (any, error) {
-	req, err := decode[Control](in)
+func (g *runGrain) finish(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -501,8 +502,8 @@ func (g *runGrain) finish(_ actor.Context, in msg) (any, error) {
 	return acc, err
 }
 
-func (g *runGrain) cancel(_ actor.Context, in msg) (any, error) {
-	req, err := decode[Control](in)
+func (g *runGrain) cancel(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -514,8 +515,8 @@ func (g *runGrain) cancel(_ actor.Context, in msg) (any, error) {
 }
 
 // end is the session ending the run (session close or lease expiry).
-func (g *runGrain) end(_ actor.Context, in msg) (any, error) {
-	req, err := decode[runEnd](in)
+func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[runEnd](in)
 	if err != nil {
 		return nil, err
 	}
@@ -688,9 +689,9 @@ func (g *runGrain) ended() {
 	g.sys.facts.Delete(g.id)
 	g.sys.toExecutor("exec.release", jobRef{RunID: g.id, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
-		g.sys.notify(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
+		g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
 	}
-	g.sys.notify(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
+	g.sys.router.Notify(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
 }
 
 // done is the executor's report on one operation.
@@ -716,8 +717,8 @@ type done struct {
 
 // snapshotted records a snapshot the executor wrote when it evicted the
 // run's trainer: the next rebuild starts there.
-func (g *runGrain) snapshotted(_ actor.Context, in msg) (any, error) {
-	sn, err := decode[snapshotted](in)
+func (g *runGrain) snapshotted(_ actor.Context, in grain.In) (any, error) {
+	sn, err := grain.Decode[snapshotted](in)
 	if err != nil || sn.Epoch != g.epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
 		return nil, err
 	}
@@ -728,7 +729,7 @@ func (g *runGrain) snapshotted(_ actor.Context, in msg) (any, error) {
 }
 
 // execStarted marks the operation the executor began executing.
-func (g *runGrain) execStarted(_ actor.Context, in msg) (any, error) {
+func (g *runGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
 	st, err := startReport(in, g.epoch, g.executing)
 	if st == nil {
 		return nil, err
@@ -738,7 +739,7 @@ func (g *runGrain) execStarted(_ actor.Context, in msg) (any, error) {
 	})
 }
 
-func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
+func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
 		return nil, err
@@ -809,7 +810,7 @@ func (g *runGrain) execDone(_ actor.Context, in msg) (any, error) {
 	}
 	g.executing = 0
 	if d.WeightVersion > 0 {
-		g.sys.notify(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
+		g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
 	}
 	if g.run.Status == RunPoisoned {
 		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
@@ -855,7 +856,7 @@ func (g *runGrain) handOff(d *done) error {
 	if err != nil {
 		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
 	}
-	g.sys.notify(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
 	return nil
 }
 
@@ -867,8 +868,8 @@ type progressUpdate struct {
 	Progress json.RawMessage
 }
 
-func (g *runGrain) execProgress(_ actor.Context, in msg) (any, error) {
-	p, err := decode[progressUpdate](in)
+func (g *runGrain) execProgress(_ actor.Context, in grain.In) (any, error) {
+	p, err := grain.Decode[progressUpdate](in)
 	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}

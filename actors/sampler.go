@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/persistence"
 )
@@ -46,7 +47,7 @@ type samplerGrain struct {
 
 func (g *samplerGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
-		g.methods = map[string]handler{
+		g.methods = map[string]grain.Handler{
 			"sampler.submit":         g.submit,
 			"sampler.weights":        g.weights,
 			"sampler.synced":         g.synced,
@@ -148,7 +149,7 @@ func (g *samplerGrain) write(fn func(tx *persistence.Tx, r *persistence.Sampler)
 	return err
 }
 
-func (g *samplerGrain) submit(_ actor.Context, in msg) (any, error) {
+func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) {
 	sub, key, acc, err := g.admit(in, g.rec.Tenant, "sampler")
 	if err != nil || acc != nil {
 		return acc, err
@@ -213,8 +214,8 @@ func (g *samplerGrain) run(op *persistence.Operation) {
 // weightsUpdate tells a sampler of its run's new latest weight version.
 type weightsUpdate struct{ Version int64 }
 
-func (g *samplerGrain) weights(_ actor.Context, in msg) (any, error) {
-	w, err := decode[weightsUpdate](in)
+func (g *samplerGrain) weights(_ actor.Context, in grain.In) (any, error) {
+	w, err := grain.Decode[weightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +226,8 @@ func (g *samplerGrain) weights(_ actor.Context, in msg) (any, error) {
 
 // runEnd is the run's end: its latest version is final, so parked
 // operations that want more can never run.
-func (g *samplerGrain) runEnd(_ actor.Context, in msg) (any, error) {
-	w, err := decode[weightsUpdate](in)
+func (g *samplerGrain) runEnd(_ actor.Context, in grain.In) (any, error) {
+	w, err := grain.Decode[weightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -334,8 +335,8 @@ func (g *samplerGrain) sync(version int64) {
 	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
 }
 
-func (g *samplerGrain) synced(_ actor.Context, in msg) (any, error) {
-	s, err := decode[synced](in)
+func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
+	s, err := grain.Decode[synced](in)
 	if err != nil || s.Epoch != g.epoch || s.Version != g.syncing {
 		return nil, err
 	}
@@ -399,14 +400,14 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			waiting = append(waiting, j)
 			continue
 		}
-		g.sys.tell(runKind, j.ReplyID, "run.exec_done", &done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
+		g.sys.router.Tell(runKind, j.ReplyID, "run.exec_done", &done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
 	}
 	g.forRun = waiting
 	return nil
 }
 
 // execStarted marks the operation the sampling executor began.
-func (g *samplerGrain) execStarted(_ actor.Context, in msg) (any, error) {
+func (g *samplerGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
 	st, err := startReport(in, g.epoch, g.executing)
 	if st == nil {
 		return nil, err
@@ -417,7 +418,7 @@ func (g *samplerGrain) execStarted(_ actor.Context, in msg) (any, error) {
 	})
 }
 
-func (g *samplerGrain) execDone(_ actor.Context, in msg) (any, error) {
+func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	d, err := outcome(in, g.epoch, g.executing)
 	if d == nil {
 		return nil, err
@@ -462,8 +463,8 @@ type runSample struct {
 	Version  int64
 }
 
-func (g *samplerGrain) sampleForRun(_ actor.Context, in msg) (any, error) {
-	rs, err := decode[runSample](in)
+func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
+	rs, err := grain.Decode[runSample](in)
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +484,7 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in msg) (any, error) {
 // is released (its adapter leaves the executor's memory, status absent, and
 // comes back on the next demand); one used since, or busy, is reminded
 // again when it could next be idle.
-func (g *samplerGrain) remind(actor.Context, msg) (any, error) {
+func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 	if g.rec.Status != SamplerReady {
 		return struct{}{}, nil // it is reminded again when it is next ready
 	}
@@ -534,7 +535,7 @@ func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
 		return nil, err
 	}
 	var out Accepted
-	return &out, s.call(samplerKind, sub.Target, "sampler.submit", sub, &out)
+	return &out, s.router.Call(samplerKind, sub.Target, "sampler.submit", sub, &out)
 }
 
 // CancelOperation cancels one sampler operation: a queued (pending or
@@ -562,12 +563,12 @@ func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.
 		return op, nil
 	}
 	var out persistence.Operation
-	return &out, s.call(samplerKind, owner, "sampler.cancel_op", op.SeqID, &out)
+	return &out, s.router.Call(samplerKind, owner, "sampler.cancel_op", op.SeqID, &out)
 }
 
 // cancelOp cancels operation seq of the sampler (see CancelOperation).
-func (g *samplerGrain) cancelOp(_ actor.Context, in msg) (any, error) {
-	seq, err := decode[int64](in)
+func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
+	seq, err := grain.Decode[int64](in)
 	if err != nil {
 		return nil, err
 	}
@@ -599,7 +600,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in msg) (any, error) {
 
 // retire ends the sampler with its run: queued operations are cancelled,
 // its adapter leaves memory, and it takes no more work.
-func (g *samplerGrain) retire(actor.Context, msg) (any, error) {
+func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	if g.rec.Status == SamplerRetired {
 		return struct{}{}, nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
@@ -242,7 +243,7 @@ func (e *samplingExecutor) launch() {
 		}
 		var streams []*sampler.Stream
 		var errs []error
-		err := guard(e.sys.log, "sampling prefill", func() error {
+		err := grain.Guard(e.sys.log, "sampling prefill", func() error {
 			streams, errs = sampler.StartMany(fs[0].held.model, zs, qs)
 			return nil
 		})
@@ -265,7 +266,7 @@ func (e *samplingExecutor) launch() {
 // executing); a run-scoped sample's run operation is executing already.
 func (e *samplingExecutor) started(j *samplingJob) {
 	if j.ReplyKind == samplerKind {
-		e.sys.report(samplerKind, j.ReplyID, "sampler.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.router.Report(samplerKind, j.ReplyID, "sampler.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 }
 
@@ -316,7 +317,7 @@ func (e *samplingExecutor) begin(j *samplingJob) {
 		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
 		return
 	}
-	if err := guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
+	if err := grain.Guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
 		e.report(j, failure(context.Background(), err), start)
 	}
 }
@@ -384,7 +385,7 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 			f := failure(context.Background(), err)
 			rep.Code, rep.Message = f.Code, f.Message
 		}
-		e.sys.report(samplerKind, j.SamplerID, "sampler.synced", rep)
+		e.sys.router.Report(samplerKind, j.SamplerID, "sampler.synced", rep)
 		return
 	case err != nil:
 		e.report(j, failure(context.Background(), err), start)
@@ -439,7 +440,7 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 	}
 	failed := map[*transformer.Model[float32]]error{}
 	for _, ss := range byModel(streams, (*sampler.Stream).Model) {
-		if err := guard(e.sys.log, "sampling step", func() error { return sampler.Step(ss, ar) }); err != nil {
+		if err := grain.Guard(e.sys.log, "sampling step", func() error { return sampler.Step(ss, ar) }); err != nil {
 			failed[ss[0].Model()] = err
 		}
 	}
@@ -503,18 +504,18 @@ func (e *samplingExecutor) report(j *samplingJob, d *done, start time.Time) {
 	if j.ReplyKind == runKind {
 		method = "run.exec_done"
 	}
-	e.sys.report(j.ReplyKind, j.ReplyID, method, d)
+	e.sys.router.Report(j.ReplyKind, j.ReplyID, method, d)
 }
 
 // Receive takes the sampler grains' commands.
 func (e *samplingExecutor) Receive(ctx actor.Context) {
-	method, in, _, ok := request(ctx.Message())
+	method, in, _, ok := grain.Request(ctx.Message())
 	if !ok {
 		return
 	}
 	switch method {
 	case "samp.job":
-		j, err := decode[samplingJob](in)
+		j, err := grain.Decode[samplingJob](in)
 		if err != nil {
 			e.sys.log.Error("sampling command", "err", err)
 			return
@@ -525,14 +526,14 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 			e.sys.log.Info("sampling job not started: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
 		}
 	case "samp.release":
-		r, err := decode[jobRef](in)
+		r, err := grain.Decode[jobRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{release: r.RunID}) // RunID carries the sampler id
 		}
 	case "samp.trim":
 		e.cmds.put(samplingCmd{trim: true})
 	case "samp.cancel":
-		r, err := decode[samplingRef](in)
+		r, err := grain.Decode[samplingRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{cancel: r})
 		}

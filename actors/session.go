@@ -11,6 +11,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
@@ -174,27 +175,27 @@ type RunReply struct {
 // CreateRun creates the session's one run.
 func (s *System) CreateRun(req NewRun) (*RunReply, error) {
 	var out RunReply
-	return &out, s.call(sessionKind, req.SessionID, "session.create_run", req, &out)
+	return &out, s.router.Call(sessionKind, req.SessionID, "session.create_run", req, &out)
 }
 
 // Heartbeat extends a session's lease.
 func (s *System) Heartbeat(t persistence.Tenant, id string) (*Session, error) {
 	var out Session
-	return &out, s.call(sessionKind, id, "session.heartbeat", t, &out)
+	return &out, s.router.Call(sessionKind, id, "session.heartbeat", t, &out)
 }
 
 // CloseSession closes a session: its run is cancelled if it is still live,
 // and the session is closed once the run has ended.
 func (s *System) CloseSession(t persistence.Tenant, id string) (*Session, error) {
 	var out Session
-	return &out, s.call(sessionKind, id, "session.close", t, &out)
+	return &out, s.router.Call(sessionKind, id, "session.close", t, &out)
 }
 
 // sessionGrain serialises every change to one session and its lease. It
 // keeps no copy of them: the run's grain renews the lease in the same
 // store, so each change reads, checks and writes them in one transaction.
 type sessionGrain struct {
-	grain
+	base
 	epoch int64
 	// closing: the session waits for its run to end (session.run_ended),
 	// so it does not passivate.
@@ -203,7 +204,7 @@ type sessionGrain struct {
 
 func (g *sessionGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
-		g.methods = map[string]handler{
+		g.methods = map[string]grain.Handler{
 			"session.create_run": g.createRun,
 			"session.heartbeat":  g.heartbeat,
 			"session.close":      g.close,
@@ -313,8 +314,8 @@ func (g *sessionGrain) live(ss *persistence.Session, l *lease.Lease) error {
 	return nil
 }
 
-func (g *sessionGrain) heartbeat(_ actor.Context, in msg) (any, error) {
-	t, err := decode[persistence.Tenant](in)
+func (g *sessionGrain) heartbeat(_ actor.Context, in grain.In) (any, error) {
+	t, err := grain.Decode[persistence.Tenant](in)
 	if err != nil {
 		return nil, err
 	}
@@ -327,8 +328,8 @@ func (g *sessionGrain) heartbeat(_ actor.Context, in msg) (any, error) {
 	})
 }
 
-func (g *sessionGrain) createRun(_ actor.Context, in msg) (any, error) {
-	req, err := decode[NewRun](in)
+func (g *sessionGrain) createRun(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[NewRun](in)
 	if err != nil {
 		return nil, err
 	}
@@ -435,8 +436,8 @@ func loraConfig(l *persistence.LoRA) lora.Config {
 	return c
 }
 
-func (g *sessionGrain) close(_ actor.Context, in msg) (any, error) {
-	t, err := decode[persistence.Tenant](in)
+func (g *sessionGrain) close(_ actor.Context, in grain.In) (any, error) {
+	t, err := grain.Decode[persistence.Tenant](in)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +448,7 @@ func (g *sessionGrain) close(_ actor.Context, in msg) (any, error) {
 // it again at its new deadline; one that ran out while the session's run
 // still has work queued or executing is renewed instead (that work is
 // activity); otherwise the session times out.
-func (g *sessionGrain) remind(actor.Context, msg) (any, error) {
+func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 	var ss persistence.Session
 	var l *lease.Lease
 	if err := g.sys.store.View(func(tx *persistence.Tx) (err error) {
@@ -468,7 +469,7 @@ func (g *sessionGrain) remind(actor.Context, msg) (any, error) {
 	}
 	if ss.RunID != "" {
 		var busy bool
-		if err := g.sys.call(runKind, ss.RunID, "run.busy", struct{}{}, &busy); err != nil {
+		if err := g.sys.router.Call(runKind, ss.RunID, "run.busy", struct{}{}, &busy); err != nil {
 			return nil, err
 		}
 		if busy {
@@ -519,12 +520,12 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 	if err != nil || runID == "" {
 		return ss, err
 	}
-	err = g.sys.call(runKind, runID, "run.end", runEnd{Status: runStatus, Code: code}, nil)
+	err = g.sys.router.Call(runKind, runID, "run.end", runEnd{Status: runStatus, Code: code}, nil)
 	return ss, err
 }
 
 // runEnded closes a closing session once its run has ended.
-func (g *sessionGrain) runEnded(actor.Context, msg) (any, error) {
+func (g *sessionGrain) runEnded(actor.Context, grain.In) (any, error) {
 	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session, _ *lease.Lease) error {
 		if ss.Status == SessionClosing {
 			return move(SessionMoves, &ss.Status, SessionClosed)

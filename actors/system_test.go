@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,17 @@ func registry(t *testing.T) *providers.Registry {
 
 func start(t *testing.T, reg *providers.Registry, data string) *System {
 	t.Helper()
-	s, err := Start(Config{DataDir: data, Registry: reg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return startWith(t, Config{DataDir: data, Registry: reg})
+}
+
+// startWith starts a node with cfg, quiet; with WTS_WIRE=1 in the
+// environment every message between its actors is msgpack-encoded, as
+// between nodes (Config.Wire).
+func startWith(t *testing.T, cfg Config) *System {
+	t.Helper()
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Wire = os.Getenv("WTS_WIRE") == "1"
+	s, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +57,7 @@ func start(t *testing.T, reg *providers.Registry, data string) *System {
 func startClocked(t *testing.T, offset *atomic.Int64) (*System, func() time.Time) {
 	t.Helper()
 	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	s, err := Start(Config{DataDir: t.TempDir(), Registry: registry(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, clock
+	return startWith(t, Config{DataDir: t.TempDir(), Registry: registry(t), Now: clock}), clock
 }
 
 func batch(seed int) json.RawMessage {

@@ -1,6 +1,7 @@
 // Package cluster places the service's grains (virtual actors) on members.
-// Today a node is a cluster of one: Single is the ClusterProvider that
-// announces only this member. The memberlist provider will sit beside it, so
+// Today a node's members are fixed when it starts: Static is the
+// ClusterProvider that announces this member and the peers it was given
+// (none for a single node). The memberlist provider will sit beside it, so
 // callers build a cluster with Start and never see which provider runs it.
 package cluster
 
@@ -26,6 +27,9 @@ type Config struct {
 	Host           string        // address the remote listens on
 	Port           int           // 0: any free port
 	RequestTimeout time.Duration // one grain request, before protoactor retries
+	// Peers are the other members, known in advance (none: a cluster of
+	// one).
+	Peers []*pcluster.Member
 }
 
 // Start joins the actor system to a cluster with the given grain kinds and
@@ -34,7 +38,7 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (*pclust
 	rc := remote.Configure(cfg.Host, cfg.Port,
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
-	cc := pcluster.Configure(cfg.Name, &Single{}, disthash.New(), rc,
+	cc := pcluster.Configure(cfg.Name, &Static{Peers: cfg.Peers}, disthash.New(), rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))
 	c := pcluster.New(sys, cc)
 	c.StartMember()
@@ -44,25 +48,27 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (*pclust
 	return c, nil
 }
 
-// Single is a ClusterProvider whose topology is this member alone.
-type Single struct{}
+// Static is a ClusterProvider whose topology is this member and a fixed
+// list of peers.
+type Static struct {
+	Peers []*pcluster.Member
+}
 
-// StartMember announces this member with its kinds.
-func (*Single) StartMember(c *pcluster.Cluster) error {
+// StartMember announces this member, with its kinds, and the peers.
+func (p *Static) StartMember(c *pcluster.Cluster) error {
 	host, port, err := c.ActorSystem.GetHostPort()
 	if err != nil {
 		return fmt.Errorf("member address: %w", err)
 	}
-	c.MemberList.UpdateClusterTopology([]*pcluster.Member{{
-		Id: c.ActorSystem.ID, Host: host, Port: int32(port), Kinds: c.GetClusterKinds(),
-	}})
+	self := &pcluster.Member{Id: c.ActorSystem.ID, Host: host, Port: int32(port), Kinds: c.GetClusterKinds()}
+	c.MemberList.UpdateClusterTopology(append([]*pcluster.Member{self}, p.Peers...))
 	return nil
 }
 
-// StartClient is refused: a single-member cluster has no clients.
-func (*Single) StartClient(*pcluster.Cluster) error {
-	return fmt.Errorf("a single-member cluster has no clients")
+// StartClient is refused: every process that joins hosts grains.
+func (*Static) StartClient(*pcluster.Cluster) error {
+	return fmt.Errorf("a static cluster has no clients")
 }
 
 // Shutdown has nothing to leave.
-func (*Single) Shutdown(bool) error { return nil }
+func (*Static) Shutdown(bool) error { return nil }

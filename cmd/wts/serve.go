@@ -111,6 +111,7 @@ func serveCmd(args []string) error {
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
 	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
+		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine})
 	if err != nil {
 		return err

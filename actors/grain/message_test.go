@@ -1,4 +1,4 @@
-package actors
+package grain
 
 import (
 	"testing"
@@ -6,23 +6,33 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+type ref struct {
+	RunID string
+	SeqID int64
+}
+
+type reply struct {
+	Op      ref
+	Created bool
+}
+
 // A request reaches its handler whichever way it came: a value or a pointer
 // from this node, msgpack bytes from another, or a value of another type
 // (which goes through msgpack, as between nodes).
 func TestDecodeEveryForm(t *testing.T) {
-	want := jobRef{RunID: "wtr_1", SeqID: 7}
+	want := ref{RunID: "wtr_1", SeqID: 7}
 	body, err := msgpack.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &jobRef{RunID: "wtr_1", SeqID: 7}
-	for name, in := range map[string]msg{
-		"value":      {val: want},
-		"pointer":    {val: p},
-		"bytes":      {body: body},
-		"other type": {val: struct{ RunID string }{"wtr_1"}},
+	p := &ref{RunID: "wtr_1", SeqID: 7}
+	for name, in := range map[string]In{
+		"value":      Value(want),
+		"pointer":    Value(p),
+		"bytes":      Bytes(body),
+		"other type": Value(struct{ RunID string }{"wtr_1"}),
 	} {
-		got, err := decode[jobRef](in)
+		got, err := Decode[ref](in)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -37,7 +47,7 @@ func TestDecodeEveryForm(t *testing.T) {
 			t.Fatalf("a pointer sent on this node is handed over, not copied")
 		}
 	}
-	if _, err := decode[jobRef](msg{body: []byte{0xc1}}); err == nil {
+	if _, err := Decode[ref](Bytes([]byte{0xc1})); err == nil {
 		t.Fatal("a malformed body decoded")
 	}
 }
@@ -45,13 +55,13 @@ func TestDecodeEveryForm(t *testing.T) {
 // A local reply lands in the caller's variable: the same type, a pointer to
 // it, or another type through msgpack.
 func TestAssignReply(t *testing.T) {
-	var a Accepted
-	src := &Accepted{Created: true}
+	var a reply
+	src := &reply{Created: true}
 	src.Op.SeqID = 3
 	if err := assign(&a, src); err != nil || a.Op.SeqID != 3 || !a.Created {
 		t.Fatalf("pointer: %+v %v", a, err)
 	}
-	var b Accepted
+	var b reply
 	if err := assign(&b, *src); err != nil || b.Op.SeqID != 3 {
 		t.Fatalf("value: %+v %v", b, err)
 	}
