@@ -280,8 +280,7 @@ type RetireReply struct {
 // (snapshots, the state it started from) is never touched. Retiring again
 // is harmless, and finishes a removal a crash cut short.
 func (s *System) Retire(t persistence.Tenant, runID, requestID string) (*RetireReply, error) {
-	var out RetireReply
-	return &out, s.router.Call(runKind, runID, "run.retire", Control{t, requestID}, &out)
+	return s.run(runID).retire(Control{t, requestID})
 }
 
 func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
@@ -310,7 +309,7 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.id, err)
 	}
 	if g.run.SamplerID != "" {
-		if err := g.sys.router.Call(samplerKind, g.run.SamplerID, "sampler.retire", struct{}{}, nil); err != nil {
+		if err := g.sys.sampler(g.run.SamplerID).retire(); err != nil {
 			return nil, fmt.Errorf("retire sampler %s: %w", g.run.SamplerID, err)
 		}
 	}

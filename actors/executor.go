@@ -151,22 +151,22 @@ func (e *executor) Receive(ctx actor.Context) {
 	}
 	var err error
 	switch method {
-	case "exec.job":
+	case execJob:
 		var j *job
 		if j, err = grain.Decode[job](in); err == nil {
 			e.submit(j)
 		}
-	case "exec.cancel":
+	case execCancel:
 		var r *jobRef
 		if r, err = grain.Decode[jobRef](in); err == nil {
 			e.cancel(r)
 		}
-	case "exec.trim":
+	case execTrim:
 		e.mu.Lock()
 		e.trim = true
 		e.mu.Unlock()
 		e.wake.Signal()
-	case "exec.release":
+	case execRelease:
 		var r *jobRef
 		if r, err = grain.Decode[jobRef](in); err == nil {
 			e.mu.Lock()
@@ -378,7 +378,7 @@ func (e *executor) slice(t *task) {
 	e.mu.Lock()
 	e.forget(t)
 	e.mu.Unlock()
-	e.sys.router.Report(runKind, j.RunID, "run.exec_done", d)
+	e.sys.run(j.RunID).execDone(d)
 }
 
 // backInLine puts t back in its organization's line for its next turn, and
@@ -409,7 +409,7 @@ const markAfter = 20 * time.Millisecond
 func (e *executor) markStarted(t *task) {
 	j := t.j
 	report := func() {
-		e.sys.router.Report(runKind, j.RunID, "run.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.run(j.RunID).execStarted(started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 	if j.First {
 		report()
@@ -440,7 +440,7 @@ func (e *executor) step(t *task) (*done, error) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
 				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-				e.sys.router.Tell(runKind, j.RunID, "run.exec_progress", progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+				e.sys.run(j.RunID).execProgress(progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 			}
 		})
 	}
@@ -801,7 +801,7 @@ func (e *executor) room(need int64, run string) error {
 			}
 		}
 		if victim == "" {
-			e.sys.send(e.sys.sampling, "samp.trim", struct{}{})
+			e.sys.samplingTrim()
 			return errNoRoom
 		}
 		e.evict(victim)
@@ -831,7 +831,7 @@ func (e *executor) evict(run string) {
 		if err := e.snapshot(run, ts); err != nil {
 			e.sys.log.Error("snapshot before eviction", "run", run, "err", err)
 		} else {
-			e.sys.router.Tell(runKind, run, "run.snapshotted", snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
+			e.sys.run(run).snapshotted(snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
 		}
 	}
 	e.sys.log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)

@@ -53,8 +53,8 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	defer func() { faultHook = func(*job) {} }()
 	stale := &job{RunID: run.ID, Tenant: tenant, Epoch: h.Epoch - 1, OpID: "wto_stale", SeqID: 1000, Kind: payload.Forward,
 		Payload: batch(2), BaseModel: run.BaseModel, LoRA: run.LoRA, StateSeq: 1}
-	s.toExecutor("exec.job", stale)
-	s.toExecutor("exec.cancel", jobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
+	s.execJob(stale)
+	s.execCancel(jobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
 	if op := submit(t, s, run.ID, 2, payload.Forward, batch(3)); op.Status != OpSucceeded {
 		t.Fatalf("the run's own operation: %s %v", op.Status, op.ErrorMessage)
 	}

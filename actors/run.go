@@ -57,8 +57,7 @@ func (s *System) Submit(sub Submission) (*Accepted, error) {
 	if sub.Kind == payload.Sample && payload.Required(parsed) != nil {
 		return nil, &payload.Invalid{Field: "payload.required_weight_version", Reason: "a run-scoped sample always samples the run's current weights; send it to the sampler instead"}
 	}
-	var out Accepted
-	return &out, s.router.Call(runKind, sub.Target, "run.submit", sub, &out)
+	return s.run(sub.Target).submit(sub)
 }
 
 // checkPayload checks a submission's kind against those offered and its
@@ -149,14 +148,12 @@ type Control struct {
 
 // Finish asks the run to finish once its queued operations have run.
 func (s *System) Finish(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
-	var out Accepted
-	return &out, s.router.Call(runKind, runID, "run.finish", Control{t, requestID}, &out)
+	return s.run(runID).finish(Control{t, requestID})
 }
 
 // Cancel cancels the run's pending and executing operations and ends it.
 func (s *System) Cancel(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
-	var out Accepted
-	return &out, s.router.Call(runKind, runID, "run.cancel", Control{t, requestID}, &out)
+	return s.run(runID).cancel(Control{t, requestID})
 }
 
 // runEnd is the session's order to end its run (close, lease expiry).
@@ -189,17 +186,17 @@ type runGrain struct {
 func (g *runGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
 		g.methods = map[string]grain.Handler{
-			"run.submit":        g.submit,
-			"run.finish":        g.finish,
-			"run.cancel":        g.cancel,
-			"run.end":           g.end,
-			"run.retire":        g.retire,
-			"run.wake":          awake,
-			"run.busy":          func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
-			"run.exec_started":  g.execStarted,
-			"run.snapshotted":   g.snapshotted,
-			"run.exec_done":     g.execDone,
-			"run.exec_progress": g.execProgress,
+			runSubmit:       g.submit,
+			runFinish:       g.finish,
+			runCancel:       g.cancel,
+			runEndMsg:       g.end,
+			runRetire:       g.retire,
+			runWake:         awake,
+			runBusy:         func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
+			runExecStarted:  g.execStarted,
+			runSnapshotted:  g.snapshotted,
+			runExecDone:     g.execDone,
+			runExecProgress: g.execProgress,
 		}
 		g.load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
 		g.idle = func() bool { return !g.busy() }
@@ -569,8 +566,8 @@ func (g *runGrain) stopWork(code, msg string) {
 	if g.executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.sys.toExecutor("exec.cancel", jobRef{RunID: g.id, SeqID: g.executing, Epoch: g.epoch})
-		g.sys.toSamplingCancel(samplingRef{runKind, g.id, g.executing})
+		g.sys.execCancel(jobRef{RunID: g.id, SeqID: g.executing, Epoch: g.epoch})
+		g.sys.samplingCancel(samplingRef{runKind, g.id, g.executing})
 		return
 	}
 	g.kick()
@@ -676,7 +673,7 @@ func (g *runGrain) started(a advanced) {
 	if a.job != nil {
 		a.job.First, g.dispatched = !g.dispatched, true
 		g.executing = a.job.SeqID
-		g.sys.toExecutor("exec.job", a.job)
+		g.sys.execJob(a.job)
 	}
 	g.ended()
 }
@@ -687,11 +684,11 @@ func (g *runGrain) ended() {
 		return
 	}
 	g.sys.facts.Delete(g.id)
-	g.sys.toExecutor("exec.release", jobRef{RunID: g.id, Epoch: g.epoch})
+	g.sys.execRelease(jobRef{RunID: g.id, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
-		g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.run_ended", weightsUpdate{g.run.LatestWeightVersion})
+		g.sys.sampler(g.run.SamplerID).runEnded(weightsUpdate{g.run.LatestWeightVersion})
 	}
-	g.sys.router.Notify(sessionKind, g.run.SessionID, "session.run_ended", struct{}{})
+	g.sys.session(g.run.SessionID).runEnded()
 }
 
 // done is the executor's report on one operation.
@@ -810,7 +807,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	}
 	g.executing = 0
 	if d.WeightVersion > 0 {
-		g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.weights", weightsUpdate{d.WeightVersion})
+		g.sys.sampler(g.run.SamplerID).weights(weightsUpdate{d.WeightVersion})
 	}
 	if g.run.Status == RunPoisoned {
 		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
@@ -856,7 +853,7 @@ func (g *runGrain) handOff(d *done) error {
 	if err != nil {
 		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
 	}
-	g.sys.router.Notify(samplerKind, g.run.SamplerID, "sampler.sample_for_run", runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	g.sys.sampler(g.run.SamplerID).sampleForRun(runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
 	return nil
 }
 

@@ -48,17 +48,17 @@ type samplerGrain struct {
 func (g *samplerGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
 		g.methods = map[string]grain.Handler{
-			"sampler.submit":         g.submit,
-			"sampler.weights":        g.weights,
-			"sampler.synced":         g.synced,
-			"sampler.exec_started":   g.execStarted,
-			"sampler.exec_done":      g.execDone,
-			"sampler.sample_for_run": g.sampleForRun,
-			"sampler.remind":         g.remind,
-			"sampler.run_ended":      g.runEnd,
-			"sampler.retire":         g.retire,
-			"sampler.wake":           awake,
-			"sampler.cancel_op":      g.cancelOp,
+			samplerSubmit:           g.submit,
+			samplerWeights:          g.weights,
+			samplerSynced:           g.synced,
+			samplerExecStarted:      g.execStarted,
+			samplerExecDone:         g.execDone,
+			samplerSampleForRun:     g.sampleForRun,
+			samplerKind + remindMsg: g.remind,
+			samplerRunEnded:         g.runEnd,
+			samplerRetire:           g.retire,
+			samplerWake:             awake,
+			samplerCancelOp:         g.cancelOp,
 		}
 		g.load = func() (string, int, int64) {
 			n := len(g.queue)
@@ -207,7 +207,7 @@ func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) {
 // (sampler.exec_started).
 func (g *samplerGrain) run(op *persistence.Operation) {
 	g.executing = op.SeqID
-	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+	g.sys.sample(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
 		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.id})
 }
 
@@ -292,7 +292,7 @@ func (g *samplerGrain) kick() {
 			continue
 		}
 		j.Version = g.rec.SyncedWeightVersion
-		g.sys.toSampling(j)
+		g.sys.sample(j)
 	}
 	g.forRun = waiting
 	if g.executing != 0 || len(g.queue) == 0 {
@@ -332,7 +332,7 @@ func (g *samplerGrain) sync(version int64) {
 		return
 	}
 	g.syncing = version
-	g.sys.toSampling(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
+	g.sys.sample(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
 }
 
 func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
@@ -400,7 +400,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			waiting = append(waiting, j)
 			continue
 		}
-		g.sys.router.Tell(runKind, j.ReplyID, "run.exec_done", &done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
+		g.sys.run(j.ReplyID).execDone(&done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
 	}
 	g.forRun = waiting
 	return nil
@@ -501,7 +501,7 @@ func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 		return move(SamplerMoves, &r.Status, SamplerAbsent)
 	})
 	if err == nil {
-		g.sys.toSamplingRelease(g.id)
+		g.sys.samplingRelease(g.id)
 	}
 	return struct{}{}, err
 }
@@ -534,8 +534,7 @@ func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
 	if _, err := s.checkPayload(sub, s.cfg.Registry.Row(ss.Provider).SamplerOperations, sm.BaseModel); err != nil {
 		return nil, err
 	}
-	var out Accepted
-	return &out, s.router.Call(samplerKind, sub.Target, "sampler.submit", sub, &out)
+	return s.sampler(sub.Target).submit(sub)
 }
 
 // CancelOperation cancels one sampler operation: a queued (pending or
@@ -562,8 +561,7 @@ func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.
 	if Terminal(OpMoves, op.Status) {
 		return op, nil
 	}
-	var out persistence.Operation
-	return &out, s.router.Call(samplerKind, owner, "sampler.cancel_op", op.SeqID, &out)
+	return s.sampler(owner).cancelOp(op.SeqID)
 }
 
 // cancelOp cancels operation seq of the sampler (see CancelOperation).
@@ -573,7 +571,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if *seq == g.executing {
-		g.sys.toSamplingCancel(samplingRef{samplerKind, g.id, *seq})
+		g.sys.samplingCancel(samplingRef{samplerKind, g.id, *seq})
 	}
 	var op *persistence.Operation
 	err = g.write(func(tx *persistence.Tx, _ *persistence.Sampler) error {
@@ -619,8 +617,8 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	}
 	g.queue, g.forRun = nil, nil
 	if g.executing != 0 {
-		g.sys.toSamplingCancel(samplingRef{samplerKind, g.id, g.executing})
+		g.sys.samplingCancel(samplingRef{samplerKind, g.id, g.executing})
 	}
-	g.sys.toSamplingRelease(g.id)
+	g.sys.samplingRelease(g.id)
 	return struct{}{}, nil
 }

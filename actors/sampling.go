@@ -266,7 +266,7 @@ func (e *samplingExecutor) launch() {
 // executing); a run-scoped sample's run operation is executing already.
 func (e *samplingExecutor) started(j *samplingJob) {
 	if j.ReplyKind == samplerKind {
-		e.sys.router.Report(samplerKind, j.ReplyID, "sampler.exec_started", started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.sampler(j.ReplyID).execStarted(started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 }
 
@@ -334,7 +334,7 @@ func (e *samplingExecutor) end(f *flight, d *done) {
 func (e *samplingExecutor) short() {
 	if time.Since(e.lastTrim) >= time.Second {
 		e.lastTrim = time.Now()
-		e.sys.toExecutor("exec.trim", struct{}{})
+		e.sys.execTrim()
 	}
 }
 
@@ -385,7 +385,7 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 			f := failure(context.Background(), err)
 			rep.Code, rep.Message = f.Code, f.Message
 		}
-		e.sys.router.Report(samplerKind, j.SamplerID, "sampler.synced", rep)
+		e.sys.sampler(j.SamplerID).synced(rep)
 		return
 	case err != nil:
 		e.report(j, failure(context.Background(), err), start)
@@ -500,11 +500,11 @@ func (e *samplingExecutor) report(j *samplingJob, d *done, start time.Time) {
 	took := time.Since(start)
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
 	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
-	method := "sampler.exec_done"
 	if j.ReplyKind == runKind {
-		method = "run.exec_done"
+		e.sys.run(j.ReplyID).execDone(d)
+		return
 	}
-	e.sys.router.Report(j.ReplyKind, j.ReplyID, method, d)
+	e.sys.sampler(j.ReplyID).execDone(d)
 }
 
 // Receive takes the sampler grains' commands.
@@ -514,7 +514,7 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 		return
 	}
 	switch method {
-	case "samp.job":
+	case samplingJobMsg:
 		j, err := grain.Decode[samplingJob](in)
 		if err != nil {
 			e.sys.log.Error("sampling command", "err", err)
@@ -525,14 +525,14 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 			// the next start.
 			e.sys.log.Info("sampling job not started: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
 		}
-	case "samp.release":
+	case samplingRelease:
 		r, err := grain.Decode[jobRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{release: r.RunID}) // RunID carries the sampler id
 		}
-	case "samp.trim":
+	case samplingTrim:
 		e.cmds.put(samplingCmd{trim: true})
-	case "samp.cancel":
+	case samplingCancel:
 		r, err := grain.Decode[samplingRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{cancel: r})

@@ -174,21 +174,18 @@ type RunReply struct {
 
 // CreateRun creates the session's one run.
 func (s *System) CreateRun(req NewRun) (*RunReply, error) {
-	var out RunReply
-	return &out, s.router.Call(sessionKind, req.SessionID, "session.create_run", req, &out)
+	return s.session(req.SessionID).createRun(req)
 }
 
 // Heartbeat extends a session's lease.
 func (s *System) Heartbeat(t persistence.Tenant, id string) (*Session, error) {
-	var out Session
-	return &out, s.router.Call(sessionKind, id, "session.heartbeat", t, &out)
+	return s.session(id).heartbeat(t)
 }
 
 // CloseSession closes a session: its run is cancelled if it is still live,
 // and the session is closed once the run has ended.
 func (s *System) CloseSession(t persistence.Tenant, id string) (*Session, error) {
-	var out Session
-	return &out, s.router.Call(sessionKind, id, "session.close", t, &out)
+	return s.session(id).close(t)
 }
 
 // sessionGrain serialises every change to one session and its lease. It
@@ -205,11 +202,11 @@ type sessionGrain struct {
 func (g *sessionGrain) Receive(ctx actor.Context) {
 	if g.methods == nil {
 		g.methods = map[string]grain.Handler{
-			"session.create_run": g.createRun,
-			"session.heartbeat":  g.heartbeat,
-			"session.close":      g.close,
-			"session.remind":     g.remind,
-			"session.run_ended":  g.runEnded,
+			sessionCreateRun:        g.createRun,
+			sessionHeartbeat:        g.heartbeat,
+			sessionClose:            g.close,
+			sessionKind + remindMsg: g.remind,
+			sessionRunEnded:         g.runEnded,
 		}
 		g.idle = func() bool { return !g.closing }
 	}
@@ -468,8 +465,8 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 		return struct{}{}, nil
 	}
 	if ss.RunID != "" {
-		var busy bool
-		if err := g.sys.router.Call(runKind, ss.RunID, "run.busy", struct{}{}, &busy); err != nil {
+		busy, err := g.sys.run(ss.RunID).busy()
+		if err != nil {
 			return nil, err
 		}
 		if busy {
@@ -520,7 +517,7 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 	if err != nil || runID == "" {
 		return ss, err
 	}
-	err = g.sys.router.Call(runKind, runID, "run.end", runEnd{Status: runStatus, Code: code}, nil)
+	err = g.sys.run(runID).end(runEnd{Status: runStatus, Code: code})
 	return ss, err
 }
 

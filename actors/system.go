@@ -245,23 +245,6 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 	return atLeast{h.Handler.WithGroup(name), h.min}
 }
 
-// toExecutor sends a command to this node's executor.
-func (s *System) toExecutor(method string, msg any) { s.send(s.executor, method, msg) }
-
-// send sends a command to an actor of this node (the executors).
-func (s *System) send(pid *actor.PID, method string, msg any) { s.router.Send(pid, method, msg) }
-
-// toSampling hands a job to the sampling executor.
-func (s *System) toSampling(j *samplingJob) { s.send(s.sampling, "samp.job", j) }
-
-// toSamplingCancel stops a sampling job at its next step.
-func (s *System) toSamplingCancel(ref samplingRef) { s.send(s.sampling, "samp.cancel", ref) }
-
-// toSamplingRelease drops a sampler's adapter from the sampling executor.
-func (s *System) toSamplingRelease(samplerID string) {
-	s.send(s.sampling, "samp.release", jobRef{RunID: samplerID})
-}
-
 // wakeRuns activates every run that is not terminal, so that its grain
 // recovers (interrupting what was executing) and runs its pending work.
 func (s *System) wakeRuns() error {
@@ -296,12 +279,12 @@ func (s *System) wakeRuns() error {
 		return fmt.Errorf("scan runs and sessions: %w", err)
 	}
 	for _, id := range ids {
-		if err := s.router.Call(runKind, id, "run.wake", struct{}{}, nil); err != nil {
+		if err := s.run(id).wake(); err != nil {
 			return fmt.Errorf("wake run %s: %w", id, err)
 		}
 	}
 	for _, id := range s.samplersIn(SamplerProvisioning, SamplerSyncing, SamplerReady) {
-		if err := s.router.Call(samplerKind, id, "sampler.wake", struct{}{}, nil); err != nil {
+		if err := s.sampler(id).wake(); err != nil {
 			return fmt.Errorf("wake sampler %s: %w", id, err)
 		}
 	}
@@ -350,7 +333,7 @@ func (s *System) armLeases() error {
 // activating the grain if it is not in memory.
 func (s *System) remind(key string) {
 	kind, id, _ := strings.Cut(key, "/")
-	if err := s.router.Call(kind, id, kind+".remind", struct{}{}, nil); err != nil {
+	if err := s.router.Call(kind, id, kind+remindMsg, struct{}{}, nil); err != nil {
 		s.log.Error("reminder", "grain", key, "err", err)
 	}
 }
