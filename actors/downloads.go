@@ -76,19 +76,14 @@ func (s *System) files(a *persistence.Artifact, format string) ([]persistence.Ar
 	return nil, "", refuse(CodeValidation, "format: must be %s or %s", FormatPEFT, FormatMerged)
 }
 
-// merged makes the artifact's merged model folder the first time it is
-// asked for (one at a time: a merge holds a whole base model in memory) and
-// returns its manifest.
+// merged returns the manifest of the artifact's merged model folder,
+// building the folder the first time it is asked for. The build is
+// tensor-heavy (a whole base model in memory, twice) so it runs on the
+// trainer's executor, in the artifact owner's turn, with its memory taken
+// from the node's budget; the request waits for it.
 func (s *System) merged(a *persistence.Artifact, dir string) ([]persistence.ArtifactFile, error) {
-	s.mergeMu.Lock()
-	defer s.mergeMu.Unlock()
-	var files []persistence.ArtifactFile
-	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
-	if err == nil {
-		return files, json.Unmarshal(raw, &files)
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	if files, ok, err := readManifest(dir); ok || err != nil {
+		return files, err
 	}
 	var run persistence.Run
 	if err := s.store.View(func(tx *persistence.Tx) error {
@@ -101,14 +96,58 @@ func (s *System) merged(a *persistence.Artifact, dir string) ([]persistence.Arti
 	if !ok {
 		return nil, refuse(CodeModelUnavailable, "base model %s of artifact %s is no longer in the catalog", run.BaseModel, a.ID)
 	}
-	w, err := model.Load(entry.Dir)
+	need := 2 * f32 * entry.Config.Values() // the base model and its merged copy
+	if err := s.mem.fits("merging the artifact into its base model", need); err != nil {
+		return nil, err
+	}
+	var files []persistence.ArtifactFile
+	err := s.exec.Chore(a.Tenant.Org, "merge/"+a.ID, func(e *executor) error {
+		var ok bool
+		var err error
+		if files, ok, err = readManifest(dir); ok || err != nil {
+			return err // an earlier request built it meanwhile
+		}
+		if err := e.room(need, ""); err != nil {
+			return err
+		}
+		defer s.mem.give(need)
+		files, err = mergeInto(dir, entry.Dir, s.volume.ArtifactDir(a.RunID, a.ID))
+		if err != nil {
+			return fmt.Errorf("merge artifact %s: %w", a.ID, err)
+		}
+		return nil
+	})
+	return files, err
+}
+
+// readManifest reads a merged folder's manifest; ok is false when the
+// folder has not been built.
+func readManifest(dir string) (files []persistence.ArtifactFile, ok bool, err error) {
+	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := json.Unmarshal(raw, &files); err != nil {
+		return nil, false, fmt.Errorf("manifest of %s: %w", dir, err)
+	}
+	return files, true, nil
+}
+
+// mergeInto writes the base model in baseDir with the adapter in
+// adapterDir folded in to dir, with its manifest, and returns the manifest.
+func mergeInto(dir, baseDir, adapterDir string) ([]persistence.ArtifactFile, error) {
+	w, err := model.Load(baseDir)
 	if err != nil {
 		return nil, err
 	}
-	ad, err := lora.LoadPEFT(s.volume.ArtifactDir(a.RunID, a.ID), w.Cfg)
+	ad, err := lora.LoadPEFT(adapterDir, w.Cfg)
 	if err != nil {
-		return nil, fmt.Errorf("read artifact %s: %w", a.ID, err)
+		return nil, err
 	}
+	var files []persistence.ArtifactFile
 	err = persistence.WriteDir(dir, func(tmp string) error {
 		if err := lora.Merge(w, ad).Save(tmp, safetensors.F32); err != nil {
 			return err

@@ -98,6 +98,59 @@ type task struct {
 	ts      *trainerState
 	rb      *rebuild    // its run's trainer being rebuilt, before ts
 	pass    *train.Pass // a forward or forward_backward in progress
+	chore   *chore      // set for work that is not an operation
+}
+
+// chore is tensor-heavy work that is not an operation of a run (building an
+// artifact's merged model): it takes its organization's turn like any
+// operation, in one slice, and its caller waits for it (Chore). Its job
+// names it (RunID "chore/..."), for the task table and the fence.
+type chore struct {
+	run  func(e *executor) error
+	done chan error // buffered: the outcome, once
+}
+
+// Chore runs fn on the executor in organization org's turn and returns
+// its outcome; key names it (one at a time per key). It waits while fn
+// finds no memory (errNoRoom), and fails with unavailable when the node
+// stops first.
+func (e *executor) Chore(org, key string, fn func(e *executor) error) error {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	c := &chore{run: fn, done: make(chan error, 1)}
+	t := &task{j: &job{RunID: "chore/" + key, Tenant: persistence.Tenant{Org: org}, Kind: "chore"}, org: org, ctx: ctx, cancel: cancel, chore: c}
+	e.mu.Lock()
+	if e.stopping {
+		e.mu.Unlock()
+		return &Error{Code: CodeUnavailable, Message: "the node is stopping"}
+	}
+	e.tasks[jobKey(t.j.RunID, 0)] = t
+	e.ready.push(org, t)
+	e.mu.Unlock()
+	e.wake.Signal()
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done(): // dropped unstarted by the node's stop
+		return &Error{Code: CodeUnavailable, Message: "the node stopped before the work started"}
+	}
+}
+
+// runChore runs a chore's slice: again later when it found no memory.
+func (e *executor) runChore(t *task) {
+	err := t.ctx.Err()
+	if err == nil {
+		err = grain.Guard(e.sys.log, "executor chore "+t.j.RunID, func() error { return t.chore.run(e) })
+	}
+	if errors.Is(err, errNoRoom) && t.ctx.Err() == nil {
+		if e.backInLine(t) {
+			time.Sleep(roomWait)
+		}
+		return
+	}
+	e.mu.Lock()
+	e.forget(t)
+	e.mu.Unlock()
+	t.chore.done <- err
 }
 
 // errStopping cancels a started operation at drain's deadline: it goes
@@ -331,6 +384,10 @@ func (e *executor) next() *task {
 // slice runs one slice of t, then either queues it for its next turn or
 // reports how it ended.
 func (e *executor) slice(t *task) {
+	if t.chore != nil {
+		e.runChore(t)
+		return
+	}
 	j := t.j
 	var d *done
 	var err error

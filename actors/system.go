@@ -91,8 +91,7 @@ type System struct {
 	samplers   *samplingExecutor
 	stop       chan struct{}
 	wg         sync.WaitGroup
-	facts      sync.Map   // run id → runFacts, for runs that can take work
-	mergeMu    sync.Mutex // one merge of an artifact into its base model at a time
+	facts      sync.Map // run id → runFacts, for runs that can take work
 	vault      *persistence.Vault
 	exportWake chan struct{} // tells the exporter there is work
 	models     models
