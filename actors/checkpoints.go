@@ -138,7 +138,7 @@ func modelCard(baseModel, runID string, step int64, ad *lora.Adapter[float32]) [
 
 // recordOutputs writes the checkpoint or artifact a succeeded operation
 // made, in the transaction that records its outcome.
-func recordOutputs(tx *persistence.Tx, r *persistence.Run, op *persistence.Operation, d *done) error {
+func recordOutputs(tx persistence.Tx, r *persistence.Run, op *persistence.Operation, d *done) error {
 	key := persistence.SeqKey(r.ID, op.SeqID)
 	switch {
 	case d.Checkpoint != nil:
@@ -167,7 +167,7 @@ func made(id string, r *persistence.Run, op *persistence.Operation) persistence.
 }
 
 // byIndex reads into v the record that id indexes in bucket b.
-func byIndex(tx *persistence.Tx, b persistence.Bucket, id string, v any) (bool, error) {
+func byIndex(tx persistence.Tx, b persistence.Bucket, id string, v any) (bool, error) {
 	var key []byte
 	if ok, err := tx.Get(persistence.Index, []byte(id), &key); err != nil || !ok {
 		return false, err
@@ -176,7 +176,7 @@ func byIndex(tx *persistence.Tx, b persistence.Bucket, id string, v any) (bool, 
 }
 
 // checkpointIn reads a checkpoint, whoever owns it.
-func checkpointIn(tx *persistence.Tx, id string) (*persistence.Checkpoint, error) {
+func checkpointIn(tx persistence.Tx, id string) (*persistence.Checkpoint, error) {
 	cp := new(persistence.Checkpoint)
 	ok, err := byIndex(tx, persistence.Checkpoints, id, cp)
 	if err == nil && !ok {
@@ -187,7 +187,7 @@ func checkpointIn(tx *persistence.Tx, id string) (*persistence.Checkpoint, error
 
 // checkpoint reads a checkpoint whoever owns it (the executor's lookup).
 func (s *System) checkpoint(id string) (cp *persistence.Checkpoint, err error) {
-	err = s.store.View(func(tx *persistence.Tx) error {
+	err = s.store.View(func(tx persistence.Tx) error {
 		cp, err = checkpointIn(tx, id)
 		return err
 	})
@@ -207,7 +207,7 @@ func (s *System) GetCheckpoint(t persistence.Tenant, id string) (*persistence.Ch
 func (s *System) artifact(id string) (*persistence.Artifact, error) {
 	a := new(persistence.Artifact)
 	var ok bool
-	err := s.store.View(func(tx *persistence.Tx) (err error) {
+	err := s.store.View(func(tx persistence.Tx) (err error) {
 		ok, err = byIndex(tx, persistence.Artifacts, id, a)
 		return err
 	})
@@ -294,7 +294,7 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 	if !Terminal(RunMoves, g.run.Status) {
 		return nil, refuse(CodeRunNotTerminal, "run %s is %s; only a run that has ended can be retired", g.id, g.run.Status)
 	}
-	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		r.Retired = true
 		err := retireOutputs(tx, persistence.Checkpoints, r.ID, func(c *persistence.Checkpoint) *persistence.Output { return &c.Output })
 		if err != nil {
@@ -318,7 +318,7 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 
 // retireOutputs marks a run's records in bucket b retired; output is the
 // record's Output.
-func retireOutputs[T any](tx *persistence.Tx, b persistence.Bucket, runID string, output func(*T) *persistence.Output) error {
+func retireOutputs[T any](tx persistence.Tx, b persistence.Bucket, runID string, output func(*T) *persistence.Output) error {
 	var keys [][]byte
 	var recs []*T
 	err := tx.Scan(b, []byte(runID), nil, func(k, raw []byte) (bool, error) {

@@ -86,7 +86,7 @@ func (s *System) merged(a *persistence.Artifact, dir string) ([]persistence.Arti
 		return files, err
 	}
 	var run persistence.Run
-	if err := s.store.View(func(tx *persistence.Tx) error {
+	if err := s.store.View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Runs, []byte(a.RunID), &run)
 		return err
 	}); err != nil {

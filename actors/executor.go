@@ -819,7 +819,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 		}
 	}
 	if err == nil {
-		err = e.sys.store.View(func(tx *persistence.Tx) error {
+		err = e.sys.store.View(func(tx persistence.Tx) error {
 			return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
 				op := new(persistence.Operation)
 				if err := persistence.Decode(raw, op); err != nil {

@@ -83,7 +83,7 @@ func (s *System) CreateExport(req NewExport) (*ExportReply, bool, error) {
 	key := requestKey(req.Tenant, "export\x00"+req.RunID, req.RequestID)
 	var ex *persistence.Export
 	var created bool
-	err = s.store.Update(func(tx *persistence.Tx) (err error) {
+	err = s.store.Update(func(tx persistence.Tx) (err error) {
 		ex, created, err = once(tx, key, persistence.Exports, fresh.ID, fresh, nil)
 		return err
 	})
@@ -127,7 +127,7 @@ func (s *System) exportReply(ex *persistence.Export) (*ExportReply, error) {
 func (s *System) export(id string) (*persistence.Export, error) {
 	ex := new(persistence.Export)
 	var ok bool
-	err := s.store.View(func(tx *persistence.Tx) (err error) {
+	err := s.store.View(func(tx persistence.Tx) (err error) {
 		ok, err = tx.Get(persistence.Exports, []byte(id), ex)
 		return err
 	})
@@ -141,7 +141,7 @@ func (s *System) export(id string) (*persistence.Export, error) {
 func (s *System) credential(t persistence.Tenant, id, kind string) (*persistence.Credential, error) {
 	c := new(persistence.Credential)
 	var ok bool
-	err := s.store.View(func(tx *persistence.Tx) (err error) {
+	err := s.store.View(func(tx persistence.Tx) (err error) {
 		ok, err = tx.Get(persistence.Credentials, []byte(id), c)
 		return err
 	})
@@ -171,7 +171,7 @@ func (s *System) exporter() {
 	go func() { <-s.stop; cancel() }()
 	for {
 		var todo []string
-		err := s.store.View(func(tx *persistence.Tx) error {
+		err := s.store.View(func(tx persistence.Tx) error {
 			return tx.Scan(persistence.Exports, nil, nil, func(_, raw []byte) (bool, error) {
 				var ex persistence.Export
 				if err := persistence.Decode(raw, &ex); err != nil {
@@ -202,7 +202,7 @@ func (s *System) exporter() {
 // setExport applies fn to an export's record.
 func (s *System) setExport(id string, fn func(*persistence.Export) error) (*persistence.Export, error) {
 	var out persistence.Export
-	err := s.store.Update(func(tx *persistence.Tx) error {
+	err := s.store.Update(func(tx persistence.Tx) error {
 		if _, err := tx.Get(persistence.Exports, []byte(id), &out); err != nil {
 			return err
 		}

@@ -40,7 +40,7 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	_, run := newRun(t, s)
 	submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1))
 	var h persistence.Head
-	if err := s.store.View(func(tx *persistence.Tx) error {
+	if err := s.store.View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Heads, []byte(run.ID), &h)
 		return err
 	}); err != nil || h.Epoch < 1 {

@@ -33,8 +33,8 @@ type opOwner struct {
 // headTx runs fn in a store transaction fenced by the owner's head: refused
 // (errFenced) unless the activation's epoch still holds the lease, and the
 // head's next seq_id set to what fn returns.
-func (o *opOwner) headTx(fn func(tx *persistence.Tx) (int64, error)) error {
-	return o.sys.store.Update(func(tx *persistence.Tx) error {
+func (o *opOwner) headTx(fn func(tx persistence.Tx) (int64, error)) error {
+	return o.sys.store.Update(func(tx persistence.Tx) error {
 		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
 		if err != nil {
 			return err
@@ -53,7 +53,7 @@ func (o *opOwner) headTx(fn func(tx *persistence.Tx) (int64, error)) error {
 
 // takeLease bumps the owner's activation epoch (inside an activation's
 // transaction), makes it this activation's and returns the head.
-func (o *opOwner) takeLease(tx *persistence.Tx) (persistence.Head, error) {
+func (o *opOwner) takeLease(tx persistence.Tx) (persistence.Head, error) {
 	h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
 	if err != nil {
 		return h, err
@@ -65,7 +65,7 @@ func (o *opOwner) takeLease(tx *persistence.Tx) (persistence.Head, error) {
 
 // op reads the owner's operation seq inside tx (the zero operation if there
 // is none), as a copy the caller may change by assignment.
-func (o *opOwner) op(tx *persistence.Tx, seq int64) (*persistence.Operation, error) {
+func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, error) {
 	op, ok, err := o.memo(seq).Get(tx, persistence.Ops, persistence.SeqKey(o.id, seq))
 	if !ok || Terminal(OpMoves, op.Status) {
 		delete(o.ops, seq)
@@ -89,7 +89,7 @@ func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 // putOp writes one of the owner's operations inside tx, through its memo
 // while it is queued or executing; an ended one is not read again by its
 // grain, and leaves the memos.
-func (o *opOwner) putOp(tx *persistence.Tx, op *persistence.Operation) error {
+func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.id, op.SeqID)
 	if Terminal(OpMoves, op.Status) {
 		delete(o.ops, op.SeqID)
@@ -116,7 +116,7 @@ func repeated(s *System, owner string, key []byte, sub *Submission) (*Accepted, 
 // idempotency key already names, if any.
 func existingOp(s *System, owner string, key []byte) (*persistence.Operation, error) {
 	var op *persistence.Operation
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx persistence.Tx) error {
 		var seq int64
 		if ok, err := tx.Get(persistence.Idem, key, &seq); err != nil || !ok {
 			return err
@@ -130,7 +130,7 @@ func existingOp(s *System, owner string, key []byte) (*persistence.Operation, er
 
 // putAccepted writes a newly accepted operation of the owner with its id
 // index and idempotency entry.
-func (o *opOwner) putAccepted(tx *persistence.Tx, op *persistence.Operation, idem []byte) error {
+func (o *opOwner) putAccepted(tx persistence.Tx, op *persistence.Operation, idem []byte) error {
 	if err := o.putOp(tx, op); err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func (b *base) admit(in grain.In, owner persistence.Tenant, what string) (*Submi
 // sweepQueue visits the owner's queued operations inside tx: fn may change
 // one (and says so, to have it written) and says whether it stays queued. It
 // returns the operations that stay, in order.
-func (o *opOwner) sweepQueue(tx *persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool, err error)) ([]int64, error) {
+func (o *opOwner) sweepQueue(tx persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool, err error)) ([]int64, error) {
 	var left []int64
 	for _, seq := range queue {
 		op, err := o.op(tx, seq)
@@ -380,7 +380,7 @@ func failInterrupted(op *persistence.Operation, now time.Time) error {
 
 // markExecuting records that the executor began operation seq (if it is
 // still pending: a report after a cancel finds it ended).
-func (o *opOwner) markExecuting(tx *persistence.Tx, seq int64, now time.Time) error {
+func (o *opOwner) markExecuting(tx persistence.Tx, seq int64, now time.Time) error {
 	op, err := o.op(tx, seq)
 	if err != nil || op.Status != OpPending {
 		return err
@@ -394,7 +394,7 @@ func (o *opOwner) markExecuting(tx *persistence.Tx, seq int64, now time.Time) er
 
 // unstart sends an executing operation that the node's stop cut short back
 // to pending: nothing of it was applied, and it runs after the next start.
-func (o *opOwner) unstart(tx *persistence.Tx, seq int64, now time.Time) error {
+func (o *opOwner) unstart(tx persistence.Tx, seq int64, now time.Time) error {
 	op, err := o.op(tx, seq)
 	if err != nil || op.Status != OpExecuting {
 		return err

@@ -73,7 +73,7 @@ func TestFailedActivationRetried(t *testing.T) {
 	_, run := newRun(t, s)
 	r := *run
 	r.ID = id
-	if err := s.store.Update(func(tx *persistence.Tx) error { return persistence.CreateRun(tx, &r) }); err != nil {
+	if err := s.store.Update(func(tx persistence.Tx) error { return persistence.CreateRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -13,10 +13,10 @@ import (
 
 // get reads one record owned by tenant t; another tenant's record is "not
 // found", never "forbidden", so ids leak nothing.
-func get[T any](s *System, what, id string, t persistence.Tenant, read func(*persistence.Tx, string, *T) (bool, error), owner func(*T) persistence.Tenant) (*T, error) {
+func get[T any](s *System, what, id string, t persistence.Tenant, read func(persistence.Tx, string, *T) (bool, error), owner func(*T) persistence.Tenant) (*T, error) {
 	v := new(T)
 	var ok bool
-	err := s.store.View(func(tx *persistence.Tx) (err error) {
+	err := s.store.View(func(tx persistence.Tx) (err error) {
 		ok, err = read(tx, id, v)
 		return err
 	})
@@ -31,7 +31,7 @@ func get[T any](s *System, what, id string, t persistence.Tenant, read func(*per
 
 // GetSession reads a session with its lease.
 func (s *System) GetSession(t persistence.Tenant, id string) (*Session, error) {
-	read := func(tx *persistence.Tx, id string, v *Session) (bool, error) {
+	read := func(tx persistence.Tx, id string, v *Session) (bool, error) {
 		ok, err := tx.Get(persistence.Sessions, []byte(id), &v.Session)
 		if !ok || err != nil {
 			return ok, err
@@ -55,7 +55,7 @@ func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Ope
 	var op persistence.Operation
 	var found bool
 	var owner persistence.Tenant
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx persistence.Tx) error {
 		var key []byte
 		if ok, err := tx.Get(persistence.Index, []byte(id), &key); err != nil || !ok {
 			return err
@@ -98,7 +98,7 @@ func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID st
 // caller's.
 func seqPage[T any](s *System, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
 	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx persistence.Tx) error {
 		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 			var v T
 			if err := persistence.Decode(raw, &v); err != nil {

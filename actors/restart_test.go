@@ -22,7 +22,7 @@ func markExecutingOnDisk(t *testing.T, data, run string, seq, attempts int64) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	err = st.Update(func(tx *persistence.Tx) error {
+	err = st.Update(func(tx persistence.Tx) error {
 		var op persistence.Operation
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(run, seq), &op); err != nil {
 			return err

@@ -214,7 +214,7 @@ func (g *runGrain) Receive(ctx actor.Context) {
 // operations queued after it were written against a state that will never
 // exist.
 func (g *runGrain) activate() error {
-	return g.sys.store.Update(func(tx *persistence.Tx) error {
+	return g.sys.store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Run)
 		if ok, err := tx.Get(persistence.Runs, []byte(g.id), r); err != nil || !ok {
 			if err == nil {
@@ -279,7 +279,7 @@ func (g *runGrain) activate() error {
 }
 
 // scanOps calls fn on the run's operations after seq, in order.
-func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
+func scanOps(tx persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
 	return tx.Scan(persistence.Ops, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 		op := new(persistence.Operation)
 		if err := persistence.Decode(raw, op); err != nil {
@@ -295,9 +295,9 @@ func scanOps(tx *persistence.Tx, runID string, after int64, fn func(*persistence
 // The fence and next seq_id are the run's small Head record, so that the
 // check reads a few bytes rather than decoding the run, and the run record
 // is rewritten only when fn changed something else in it.
-func (g *runGrain) write(fn func(tx *persistence.Tx, r *persistence.Run) error) error {
+func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) error {
 	var next *persistence.Run
-	err := g.headTx(func(tx *persistence.Tx) (int64, error) {
+	err := g.headTx(func(tx persistence.Tx) (int64, error) {
 		r := *g.run
 		if err := fn(tx, &r); err != nil {
 			return 0, err
@@ -389,7 +389,7 @@ func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMess
 	// With nothing queued or executing, the operation goes to the executor
 	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
-	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		now := g.sys.now()
 		if kind != payload.Cancel {
 			l, ok, err := g.lease.Get(tx, persistence.Leases, []byte(r.SessionID))
@@ -527,7 +527,7 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 		}
 		return struct{}{}, err
 	}
-	err = g.write(func(_ *persistence.Tx, r *persistence.Run) error {
+	err = g.write(func(_ persistence.Tx, r *persistence.Run) error {
 		r.ErrorCode = req.Code
 		return move(RunMoves, &r.Status, req.Status)
 	})
@@ -543,7 +543,7 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 // nothing is executing.
 func (g *runGrain) stopWork(code, msg string) {
 	var left []int64
-	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
+	err := g.sys.store.Update(func(tx persistence.Tx) (err error) {
 		now := g.sys.now()
 		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if op.Kind == payload.Cancel {
@@ -581,7 +581,7 @@ func (g *runGrain) kick() {
 		return
 	}
 	var next advanced
-	err := g.sys.store.View(func(tx *persistence.Tx) error {
+	err := g.sys.store.View(func(tx persistence.Tx) error {
 		op, err := g.op(tx, g.queue[0])
 		if j := g.jobFor(g.run, op); err == nil && j != nil {
 			next = advanced{1, j}
@@ -592,7 +592,7 @@ func (g *runGrain) kick() {
 		g.started(next)
 		return
 	}
-	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		var err error
 		next, err = g.advance(tx, r, g.queue)
 		return err
@@ -620,7 +620,7 @@ type advanced struct {
 // finish without a commit of its own. It reads the grain's queue without
 // changing it (the write may still fail); started applies the outcome once
 // the write is durable.
-func (g *runGrain) advance(tx *persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
+func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
 	now := g.sys.now()
 	for i, seq := range queue {
 		op, err := g.op(tx, seq)
@@ -719,7 +719,7 @@ func (g *runGrain) snapshotted(_ actor.Context, in grain.In) (any, error) {
 	if err != nil || sn.Epoch != g.epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
 		return nil, err
 	}
-	return nil, g.write(func(_ *persistence.Tx, r *persistence.Run) error {
+	return nil, g.write(func(_ persistence.Tx, r *persistence.Run) error {
 		r.SnapshotSeq = sn.SnapshotSeq
 		return nil
 	})
@@ -731,7 +731,7 @@ func (g *runGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
 	if st == nil {
 		return nil, err
 	}
-	return nil, g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
+	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
 		return g.markExecuting(tx, st.SeqID, g.sys.now())
 	})
 }
@@ -745,7 +745,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 		return nil, g.handOff(d)
 	}
 	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx *persistence.Tx, _ *persistence.Run) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+		if err := g.write(func(tx persistence.Tx, _ *persistence.Run) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
 			return nil, err
 		}
 		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
@@ -756,7 +756,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	var next advanced
-	err = g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		op, err := g.op(tx, d.SeqID)
 		if err != nil {
 			return err
@@ -820,7 +820,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 
 // recordWeights records a weight version saved for the run's sampler, and
 // creates the sampler the first time (provisioning; it syncs once told).
-func (g *runGrain) recordWeights(tx *persistence.Tx, r *persistence.Run, version int64, now time.Time) error {
+func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version int64, now time.Time) error {
 	if version <= r.LatestWeightVersion {
 		return nil
 	}
@@ -842,7 +842,7 @@ func (g *runGrain) recordWeights(tx *persistence.Tx, r *persistence.Run, version
 // stays executing until the sampler reports its outcome here.
 func (g *runGrain) handOff(d *done) error {
 	var body json.RawMessage
-	err := g.write(func(tx *persistence.Tx, r *persistence.Run) error {
+	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		op, err := g.op(tx, d.SeqID)
 		if err != nil {
 			return err
@@ -870,7 +870,7 @@ func (g *runGrain) execProgress(_ actor.Context, in grain.In) (any, error) {
 	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}
-	return nil, g.write(func(tx *persistence.Tx, _ *persistence.Run) error {
+	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
 		op, err := g.op(tx, p.SeqID)
 		if err != nil || op.Status != OpExecuting {
 			return err

@@ -80,7 +80,7 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 // as interrupted); pending and parked ones queue again.
 func (g *samplerGrain) activate() error {
 	var run persistence.Run
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+	err := g.sys.store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Sampler)
 		if ok, err := tx.Get(persistence.Samplers, []byte(g.id), r); err != nil || !ok {
 			if err == nil {
@@ -132,9 +132,9 @@ func (g *samplerGrain) reminder() string { return samplerKind + "/" + g.id }
 
 // write commits fn's changes to a copy of the sampler record, fenced by the
 // activation's epoch, and makes the copy the grain's once durable.
-func (g *samplerGrain) write(fn func(tx *persistence.Tx, r *persistence.Sampler) error) error {
+func (g *samplerGrain) write(fn func(tx persistence.Tx, r *persistence.Sampler) error) error {
 	var next *persistence.Sampler
-	err := g.headTx(func(tx *persistence.Tx) (int64, error) {
+	err := g.headTx(func(tx persistence.Tx) (int64, error) {
 		r := *g.rec
 		if err := fn(tx, &r); err != nil {
 			return 0, err
@@ -170,7 +170,7 @@ func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) {
 	}
 	required := payload.Required(parsed)
 	var op *persistence.Operation
-	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
 		first := OpPending // an operation that waits for a weight version starts parked
 		if required != nil && *required > r.SyncedWeightVersion {
@@ -241,7 +241,7 @@ func (g *samplerGrain) runEnd(_ actor.Context, in grain.In) (any, error) {
 // past the ended run's last one.
 func (g *samplerGrain) failUnreachable() {
 	var left []int64
-	err := g.sys.store.Update(func(tx *persistence.Tx) (err error) {
+	err := g.sys.store.Update(func(tx persistence.Tx) (err error) {
 		now := g.sys.now()
 		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			req := required(op)
@@ -300,7 +300,7 @@ func (g *samplerGrain) kick() {
 	}
 	seq := g.queue[0]
 	var op *persistence.Operation
-	err := g.sys.store.View(func(tx *persistence.Tx) (err error) {
+	err := g.sys.store.View(func(tx persistence.Tx) (err error) {
 		op, err = g.op(tx, seq)
 		return err
 	})
@@ -318,7 +318,7 @@ func (g *samplerGrain) kick() {
 // sync loads version into the sampling executor: syncing from ready,
 // provisioning from absent (or at creation).
 func (g *samplerGrain) sync(version int64) {
-	err := g.write(func(_ *persistence.Tx, r *persistence.Sampler) error {
+	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
 		switch r.Status {
 		case SamplerReady, SamplerFailed:
 			return move(SamplerMoves, &r.Status, SamplerSyncing)
@@ -344,7 +344,7 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 	if s.Code != "" {
 		return nil, g.syncFailed(s)
 	}
-	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		r.SyncedWeightVersion, r.ErrorCode = s.Version, ""
 		if err := move(SamplerMoves, &r.Status, SamplerReady); err != nil {
 			return err
@@ -376,7 +376,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
 	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
 	var left []int64
-	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) (err error) {
+	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) (err error) {
 		r.ErrorCode = s.Code
 		if err := move(SamplerMoves, &r.Status, SamplerFailed); err != nil {
 			return err
@@ -412,7 +412,7 @@ func (g *samplerGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
 	if st == nil {
 		return nil, err
 	}
-	return nil, g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+	return nil, g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		r.LastActivityAt = g.sys.now()
 		return g.markExecuting(tx, st.SeqID, r.LastActivityAt)
 	})
@@ -424,7 +424,7 @@ func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx *persistence.Tx, _ *persistence.Sampler) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+		if err := g.write(func(tx persistence.Tx, _ *persistence.Sampler) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
 			return nil, err
 		}
 		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
@@ -434,7 +434,7 @@ func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		op, err := g.op(tx, d.SeqID)
 		if err != nil {
 			return err
@@ -497,7 +497,7 @@ func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 		g.sys.reminders.At(g.reminder(), now.Add(g.sys.cfg.SamplerIdle))
 		return struct{}{}, nil
 	}
-	err := g.write(func(_ *persistence.Tx, r *persistence.Sampler) error {
+	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
 		return move(SamplerMoves, &r.Status, SamplerAbsent)
 	})
 	if err == nil {
@@ -508,7 +508,7 @@ func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 
 // GetSampler reads a sampler.
 func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampler, error) {
-	read := func(tx *persistence.Tx, id string, v *persistence.Sampler) (bool, error) {
+	read := func(tx persistence.Tx, id string, v *persistence.Sampler) (bool, error) {
 		ok, err := tx.Get(persistence.Samplers, []byte(id), v)
 		if ok && err == nil {
 			var h persistence.Head
@@ -548,7 +548,7 @@ func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.
 		return nil, err
 	}
 	var key []byte
-	if err := s.store.View(func(tx *persistence.Tx) error {
+	if err := s.store.View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Index, []byte(id), &key)
 		return err
 	}); err != nil {
@@ -574,7 +574,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 		g.sys.samplingCancel(samplingRef{samplerKind, g.id, *seq})
 	}
 	var op *persistence.Operation
-	err = g.write(func(tx *persistence.Tx, _ *persistence.Sampler) error {
+	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
 		var err error
 		if op, err = g.op(tx, *seq); err != nil || Terminal(OpMoves, op.Status) || *seq == g.executing {
 			return err
@@ -602,7 +602,7 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	if g.rec.Status == SamplerRetired {
 		return struct{}{}, nil
 	}
-	err := g.write(func(tx *persistence.Tx, r *persistence.Sampler) error {
+	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
 		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			return true, false, settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)

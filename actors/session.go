@@ -45,7 +45,7 @@ func sessionView(ss *persistence.Session, l *lease.Lease) *Session {
 }
 
 // getLease reads session id's lease inside tx.
-func getLease(tx *persistence.Tx, id string) (*lease.Lease, error) {
+func getLease(tx persistence.Tx, id string) (*lease.Lease, error) {
 	l := new(lease.Lease)
 	ok, err := tx.Get(persistence.Leases, []byte(id), l)
 	if err == nil && !ok {
@@ -93,7 +93,7 @@ func (s *System) CreateSession(req NewSession) (sess *Session, created bool, err
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := requestKey(req.Tenant, "session", req.RequestID)
-	err = s.store.Update(func(tx *persistence.Tx) error {
+	err = s.store.Update(func(tx persistence.Tx) error {
 		rec, isNew, err := once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return s.adm.open(req.Tenant.Org, sessionKind) })
 		created = isNew
 		if err != nil {
@@ -127,7 +127,7 @@ func (s *System) CreateSession(req NewSession) (sess *Session, created bool, err
 // request key is seen, and later reads back what that first time stored; it
 // says whether this call stored it (or, with an error, tried to). admit,
 // when set, may refuse a new record before anything is written (a limit).
-func once[T any](tx *persistence.Tx, key []byte, b persistence.Bucket, id string, fresh *T, admit func() error) (*T, bool, error) {
+func once[T any](tx persistence.Tx, key []byte, b persistence.Bucket, id string, fresh *T, admit func() error) (*T, bool, error) {
 	var prev string
 	if ok, err := tx.Get(persistence.Requests, key, &prev); err != nil || ok {
 		if err != nil {
@@ -217,7 +217,7 @@ func (g *sessionGrain) Receive(ctx actor.Context) {
 // later write of this activation checks that no newer one has bumped it
 // again. A closing session whose run ended meanwhile closes.
 func (g *sessionGrain) activate() error {
-	return g.sys.store.Update(func(tx *persistence.Tx) error {
+	return g.sys.store.Update(func(tx persistence.Tx) error {
 		var ss persistence.Session
 		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok {
 			if err == nil {
@@ -254,10 +254,10 @@ func (g *sessionGrain) activate() error {
 
 // update applies fn to the session and its lease inside a fenced
 // transaction and returns them as written.
-func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error) (*Session, error) {
+func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error) (*Session, error) {
 	var out *Session
 	var ended bool
-	err := g.sys.store.Update(func(tx *persistence.Tx) error {
+	err := g.sys.store.Update(func(tx persistence.Tx) error {
 		ss := persistence.Session{}
 		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
 			if err == nil {
@@ -316,7 +316,7 @@ func (g *sessionGrain) heartbeat(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return g.update(t, func(_ *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
+	return g.update(t, func(_ persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		if err := g.live(ss, l); err != nil {
 			return err
 		}
@@ -352,7 +352,7 @@ func (g *sessionGrain) createRun(_ actor.Context, in grain.In) (any, error) {
 			os.RemoveAll(filepath.Dir(g.sys.volume.InitialDir(id)))
 		}
 	}()
-	_, err = g.update(&req.Tenant, func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
+	_, err = g.update(&req.Tenant, func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		out = RunReply{}
 		if ss.RunID != "" {
 			if _, err := persistence.GetRun(tx, ss.RunID, &out.Run); err != nil {
@@ -384,7 +384,7 @@ func (g *sessionGrain) createRun(_ actor.Context, in grain.In) (any, error) {
 }
 
 // newRun applies the model admission rules of the session's capability row.
-func (g *sessionGrain) newRun(tx *persistence.Tx, ss *persistence.Session, req *NewRun, id string) (*persistence.Run, error) {
+func (g *sessionGrain) newRun(tx persistence.Tx, ss *persistence.Session, req *NewRun, id string) (*persistence.Run, error) {
 	var row providers.Capability
 	if err := json.Unmarshal(ss.CapabilitySnapshot, &row); err != nil {
 		return nil, fmt.Errorf("session capability: %w", err)
@@ -448,7 +448,7 @@ func (g *sessionGrain) close(_ actor.Context, in grain.In) (any, error) {
 func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 	var ss persistence.Session
 	var l *lease.Lease
-	if err := g.sys.store.View(func(tx *persistence.Tx) (err error) {
+	if err := g.sys.store.View(func(tx persistence.Tx) (err error) {
 		if _, err = tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil {
 			return err
 		}
@@ -470,7 +470,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 			return nil, err
 		}
 		if busy {
-			out, err := g.update(nil, func(_ *persistence.Tx, _ *persistence.Session, l *lease.Lease) error {
+			out, err := g.update(nil, func(_ persistence.Tx, _ *persistence.Session, l *lease.Lease) error {
 				l.Renew(g.sys.now(), 0)
 				return nil
 			})
@@ -487,7 +487,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 // session becomes closed once the run has ended (run_ended).
 func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string) (*Session, error) {
 	var runID string
-	ss, err := g.update(t, func(tx *persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
+	ss, err := g.update(t, func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		runID = ""
 		if ss.Status == status || ss.Status == SessionClosed && status == SessionClosing {
 			return nil // a repeat
@@ -523,7 +523,7 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 
 // runEnded closes a closing session once its run has ended.
 func (g *sessionGrain) runEnded(actor.Context, grain.In) (any, error) {
-	return g.update(nil, func(_ *persistence.Tx, ss *persistence.Session, _ *lease.Lease) error {
+	return g.update(nil, func(_ persistence.Tx, ss *persistence.Session, _ *lease.Lease) error {
 		if ss.Status == SessionClosing {
 			return move(SessionMoves, &ss.Status, SessionClosed)
 		}

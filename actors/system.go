@@ -41,7 +41,10 @@ const (
 
 // Config configures a node.
 type Config struct {
-	DataDir string // the store file and the run volume live here
+	DataDir string // the store file (unless Store is given) and the run volume live here
+	// Store is the node's durable state; nil opens the write-ahead-logged
+	// bbolt file in DataDir. Once started, the node closes it when it stops.
+	Store persistence.Store
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory (default 10 minutes).
 	SamplerIdle time.Duration
@@ -81,7 +84,7 @@ type Config struct {
 type System struct {
 	cfg        Config
 	log        *slog.Logger
-	store      *persistence.Store
+	store      persistence.Store
 	volume     persistence.Volume
 	actors     *actor.ActorSystem
 	cluster    *pcluster.Cluster
@@ -140,9 +143,11 @@ func Start(cfg Config) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := persistence.Open(filepath.Join(cfg.DataDir, "wts.db"))
-	if err != nil {
-		return nil, err
+	st := cfg.Store
+	if st == nil {
+		if st, err = persistence.Open(filepath.Join(cfg.DataDir, "wts.db")); err != nil {
+			return nil, err
+		}
 	}
 	st.OnCommit(cfg.Metrics.Commit)
 	adm, mem := newAdmission(cfg.Limits), &memory{limit: cfg.MemoryBudget}
@@ -198,7 +203,7 @@ const requestTimeout = 60 * time.Second
 const reportWait = 10 * time.Second
 
 // Store is the node's store (the HTTP layer reads keys from it).
-func (s *System) Store() *persistence.Store { return s.store }
+func (s *System) Store() persistence.Store { return s.store }
 
 // Telemetry is the node's Prometheus collectors.
 func (s *System) Telemetry() *telemetry.Metrics { return s.cfg.Metrics }
@@ -248,7 +253,7 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 // recovers (interrupting what was executing) and runs its pending work.
 func (s *System) wakeRuns() error {
 	var ids []string
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx persistence.Tx) error {
 		err := tx.Scan(persistence.Runs, nil, nil, func(_, raw []byte) (bool, error) {
 			var r persistence.Run
 			if err := persistence.Decode(raw, &r); err != nil {
@@ -293,7 +298,7 @@ func (s *System) wakeRuns() error {
 // samplersIn lists the samplers in one of statuses.
 func (s *System) samplersIn(statuses ...string) []string {
 	var ids []string
-	err := s.store.View(func(tx *persistence.Tx) error {
+	err := s.store.View(func(tx persistence.Tx) error {
 		return tx.Scan(persistence.Samplers, nil, nil, func(_, raw []byte) (bool, error) {
 			var sm persistence.Sampler
 			if err := persistence.Decode(raw, &sm); err != nil {
@@ -314,7 +319,7 @@ func (s *System) samplersIn(statuses ...string) []string {
 // armLeases arms the expiry reminder of every lease that has not been
 // revoked: reminders live in memory, their deadlines in the store.
 func (s *System) armLeases() error {
-	return s.store.View(func(tx *persistence.Tx) error {
+	return s.store.View(func(tx persistence.Tx) error {
 		return tx.Scan(persistence.Leases, nil, nil, func(k, raw []byte) (bool, error) {
 			var l lease.Lease
 			if err := persistence.Decode(raw, &l); err != nil {

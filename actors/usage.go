@@ -56,7 +56,7 @@ func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time
 
 // settleUsage settles a run's pending components: it ran in a write that
 // ended the run, so its trainer is released and the provider has billed it.
-func settleUsage(tx *persistence.Tx, runID string, now time.Time) error {
+func settleUsage(tx persistence.Tx, runID string, now time.Time) error {
 	var settled []*persistence.Operation
 	err := scanOps(tx, runID, 0, func(op *persistence.Operation) error {
 		pending := false
@@ -94,7 +94,7 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 	if ss.RunID == "" {
 		return items, nil
 	}
-	err = s.store.View(func(tx *persistence.Tx) error {
+	err = s.store.View(func(tx persistence.Tx) error {
 		list := func(op *persistence.Operation) error {
 			for _, u := range op.Usage {
 				u.SessionID, u.RunID, u.OperationID, u.Provider = op.SessionID, op.RunID, op.ID, ss.Provider

@@ -297,7 +297,7 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 		fail(ctx, codeShuttingDown, "draining")
 		return
 	}
-	if err := s.sys.Store().View(func(*persistence.Tx) error { return nil }); err != nil {
+	if err := s.sys.Store().View(func(persistence.Tx) error { return nil }); err != nil {
 		fail(ctx, actors.CodeUnavailable, "store: "+err.Error())
 		return
 	}

@@ -76,12 +76,12 @@ func (v *Vault) Open(c *Credential) ([]byte, error) {
 }
 
 // AddCredential seals secret as a credential of tenant t and stores it.
-func AddCredential(st *Store, v *Vault, t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
+func AddCredential(st Store, v *Vault, t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
 	c, err := v.Seal(t, kind, name, secret, now)
 	if err != nil {
 		return nil, err
 	}
-	return c, st.Update(func(tx *Tx) error { return tx.Put(Credentials, []byte(c.ID), c) })
+	return c, st.Update(func(tx Tx) error { return tx.Put(Credentials, []byte(c.ID), c) })
 }
 
 // OpenVault is the vault under the key in the file at path.

@@ -9,7 +9,7 @@ import (
 
 // Memo keeps one record's decoding between transactions, for a reader that
 // reads the same key again and again, mostly records it wrote itself (a
-// grain's Head, its queued operations, its run's session): it decodes again
+// grain's Head, its queued operations, its run's lease): it decodes again
 // only when the stored bytes are not those it last decoded or wrote. At 64
 // clients, grains re-reading such records inside the commit loop spent ~4%
 // of the service's CPU decoding msgpack.
@@ -21,10 +21,10 @@ import (
 type Memo[T any] struct {
 	raw []byte
 	val T
-	// file is 1 + the store-file version raw was last found in, when no
-	// layer over the file held the key; 0 when raw came from a layer or a
-	// write.
-	file int
+	// file is the version Tx.Read gave with raw (0 when raw came from a
+	// write): a later read of the same version is told the bytes are still
+	// these.
+	file uint64
 }
 
 // Get reads the record at key through m and reports whether it exists. The
@@ -38,18 +38,10 @@ type Memo[T any] struct {
 // operation queued before the last checkpoint) in every write: at 64
 // clients the run's session alone was 23,000 of the 75,000 store-file
 // searches of 30,000 submissions.
-func (m *Memo[T]) Get(tx *Tx, b Bucket, key []byte) (T, bool, error) {
-	e, layered := tx.layered(b, key)
-	version := tx.fileVersion() + 1
-	var raw []byte
-	switch {
-	case layered && !e.del:
-		raw = e.val
-	case layered:
-	case m.raw != nil && m.file == version:
+func (m *Memo[T]) Get(tx Tx, b Bucket, key []byte) (T, bool, error) {
+	raw, version, same := tx.Read(b, key, m.file)
+	if same && m.raw != nil {
 		return m.val, true, nil
-	default:
-		raw = tx.fromFile(b, key)
 	}
 	if raw == nil {
 		var zero T
@@ -62,16 +54,13 @@ func (m *Memo[T]) Get(tx *Tx, b Bucket, key []byte) (T, bool, error) {
 		}
 		m.raw, m.val = bytes.Clone(raw), v
 	}
-	m.file = 0
-	if !layered {
-		m.file = version
-	}
+	m.file = version
 	return m.val, true, nil
 }
 
 // Put stores v at key, as Tx.Put does, and keeps it in m.
-func (m *Memo[T]) Put(tx *Tx, b Bucket, key []byte, v T) error {
-	raw, err := tx.put(b, key, &v)
+func (m *Memo[T]) Put(tx Tx, b Bucket, key []byte, v T) error {
+	raw, err := tx.PutBytes(b, key, &v)
 	if err != nil {
 		return err
 	}

@@ -29,24 +29,24 @@ func TestMemo(t *testing.T) {
 		t.Helper()
 		var v memoRec
 		var ok bool
-		if err := s.View(func(tx *Tx) (err error) { v, ok, err = m.Get(tx, Metrics, key); return }); err != nil {
+		if err := s.View(func(tx Tx) (err error) { v, ok, err = m.Get(tx, Metrics, key); return }); err != nil {
 			t.Fatal(err)
 		}
 		return v, ok
 	}
-	update := func(fn func(tx *Tx) error) error { return s.Update(fn) }
+	update := func(fn func(tx Tx) error) error { return s.Update(fn) }
 
 	if v, ok := get(); ok || v != (memoRec{}) {
 		t.Fatalf("missing key: got %+v, %v", v, ok)
 	}
-	if err := update(func(tx *Tx) error { return m.Put(tx, Metrics, key, memoRec{1, "mine"}) }); err != nil {
+	if err := update(func(tx Tx) error { return m.Put(tx, Metrics, key, memoRec{1, "mine"}) }); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := get(); !ok || v != (memoRec{1, "mine"}) {
 		t.Fatalf("after its own write: got %+v, %v; want the written value, undecoded", v, ok)
 	}
 
-	if err := update(func(tx *Tx) error { return tx.Put(Metrics, key, memoRec{N: 2}) }); err != nil {
+	if err := update(func(tx Tx) error { return tx.Put(Metrics, key, memoRec{N: 2}) }); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := get(); v != (memoRec{N: 2}) {
@@ -57,7 +57,7 @@ func TestMemo(t *testing.T) {
 	}
 
 	refused := errors.New("refused")
-	err = update(func(tx *Tx) error {
+	err = update(func(tx Tx) error {
 		if err := m.Put(tx, Metrics, key, memoRec{3, "lost"}); err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func TestMemoFileVersion(t *testing.T) {
 	key := []byte("k")
 	put := func(n int) {
 		t.Helper()
-		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, key, memoRec{N: n}) }); err != nil {
+		if err := s.Update(func(tx Tx) error { return tx.Put(Metrics, key, memoRec{N: n}) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestMemoFileVersion(t *testing.T) {
 	get := func() memoRec {
 		t.Helper()
 		var v memoRec
-		if err := s.View(func(tx *Tx) (err error) { v, _, err = m.Get(tx, Metrics, key); return }); err != nil {
+		if err := s.View(func(tx Tx) (err error) { v, _, err = m.Get(tx, Metrics, key); return }); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -137,7 +137,7 @@ func BenchmarkMemoFile(b *testing.B) {
 	}
 	// A file of some depth: the records of 64 runs' 500 operations.
 	for run := range 64 {
-		err := s.Update(func(tx *Tx) error {
+		err := s.Update(func(tx Tx) error {
 			for seq := range int64(500) {
 				if err := tx.Put(Ops, SeqKey(fmt.Sprintf("wtr_%032d", run), seq), memoRec{N: int(seq)}); err != nil {
 					return err
@@ -160,7 +160,7 @@ func BenchmarkMemoFile(b *testing.B) {
 	var m Memo[memoRec]
 	b.ResetTimer()
 	for b.Loop() {
-		err := s.View(func(tx *Tx) error {
+		err := s.View(func(tx Tx) error {
 			_, ok, err := m.Get(tx, Ops, key)
 			if !ok {
 				return fmt.Errorf("no record")

@@ -112,7 +112,7 @@ type Head struct {
 }
 
 // GetRun reads the run id, its next seq_id included.
-func GetRun(tx *Tx, id string, r *Run) (bool, error) {
+func GetRun(tx Tx, id string, r *Run) (bool, error) {
 	if ok, err := tx.Get(Runs, []byte(id), r); !ok || err != nil {
 		return ok, err
 	}
@@ -125,7 +125,7 @@ func GetRun(tx *Tx, id string, r *Run) (bool, error) {
 }
 
 // CreateRun writes a new run and its head.
-func CreateRun(tx *Tx, r *Run) error {
+func CreateRun(tx Tx, r *Run) error {
 	if err := tx.Put(Runs, []byte(r.ID), r); err != nil {
 		return err
 	}

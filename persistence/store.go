@@ -89,11 +89,11 @@ const initialMap = (strconv.IntSize / 64) << 30
 // checkpointEntries is a variable so that tests can checkpoint often.
 var checkpointEntries = 8192
 
-// Store is the node's durable state. A write is durable once its group
-// commit's record is in the write-ahead log (one sequential write and
-// fdatasync); the group's writes are then published as a layer over the
-// bbolt file, which checkpoints bring up to date.
-type Store struct {
+// Local is one node's Store: a write is durable once its group commit's
+// record is in the write-ahead log (one sequential write and fdatasync);
+// the group's writes are then published as a layer over the bbolt file,
+// which checkpoints bring up to date.
+type Local struct {
 	db       *bolt.DB
 	logs     [2]*wal // generation g is written to logs[g%2]
 	queue    chan *write
@@ -101,6 +101,7 @@ type Store struct {
 	mu       sync.RWMutex // held shared by writers, exclusively by Close
 	closed   bool
 	onCommit atomic.Pointer[func(writes, pages int, took time.Duration)]
+	around   atomic.Pointer[func(checkpoint func())]
 
 	// layers are the published writes, oldest first, each tagged with the
 	// log generation that holds it: an immutable slice, replaced whole
@@ -130,21 +131,26 @@ type ckptResult struct {
 	err   error
 }
 
+// AroundCheckpoint sets fn to run every checkpoint (which it must call):
+// the process's own tuning around one (cmd/wts gives it a spare
+// processor).
+func (s *Local) AroundCheckpoint(fn func(checkpoint func())) { s.around.Store(&fn) }
+
 // OnCommit sets fn to be told of every group commit: how many writes it
 // carried, how many pages it wrote (its log record, and the store file's
 // pages of a checkpoint that finished since the last report) and how long
 // it took, its sync included.
-func (s *Store) OnCommit(fn func(writes, pages int, took time.Duration)) { s.onCommit.Store(&fn) }
+func (s *Local) OnCommit(fn func(writes, pages int, took time.Duration)) { s.onCommit.Store(&fn) }
 
 type write struct {
-	fn  func(*Tx) error
+	fn  func(Tx) error
 	err chan error
 }
 
 // Open opens (creating if needed) the store file at path and its
 // write-ahead log beside it (path + "-wal.0" and "-wal.1"), replaying what
 // the log holds that the file has not absorbed.
-func Open(path string) (*Store, error) {
+func Open(path string) (*Local, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store folder: %w", err)
 	}
@@ -167,7 +173,7 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, queue: make(chan *write, 4*maxBatch), done: make(chan struct{}), own: newLayer()}
+	s := &Local{db: db, queue: make(chan *write, 4*maxBatch), done: make(chan struct{}), own: newLayer()}
 	if err := s.recover(path); err != nil {
 		s.closeLogs()
 		db.Close()
@@ -182,7 +188,7 @@ func Open(path string) (*Store, error) {
 // recover creates the buckets, opens both log files, moves into the store
 // file the generations it has not absorbed (oldest first), and starts the
 // next generation.
-func (s *Store) recover(path string) error {
+func (s *Local) recover(path string) error {
 	var absorbed uint64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, b := range append(buckets, meta) {
@@ -235,7 +241,7 @@ func (s *Store) recover(path string) error {
 	return s.logs[s.gen%2].reset(s.gen)
 }
 
-func (s *Store) closeLogs() {
+func (s *Local) closeLogs() {
 	for _, lg := range s.logs {
 		if lg != nil {
 			lg.close()
@@ -262,7 +268,7 @@ func putAbsorbed(tx *bolt.Tx, gen uint64) error {
 // run one after another, each seeing the writes of those before it. An
 // error from fn discards fn's writes only. fn must not have effects outside
 // tx.
-func (s *Store) Update(fn func(*Tx) error) error {
+func (s *Local) Update(fn func(Tx) error) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -275,13 +281,13 @@ func (s *Store) Update(fn func(*Tx) error) error {
 }
 
 // View runs fn in a read-only transaction over the last committed state.
-func (s *Store) View(fn func(*Tx) error) error {
+func (s *Local) View(fn func(Tx) error) error {
 	btx, ls, err := s.snapshot()
 	if err != nil {
 		return err
 	}
 	defer btx.Rollback()
-	return fn(&Tx{btx: btx, layers: ls})
+	return fn(&localTx{btx: btx, layers: ls})
 }
 
 // snapshotGap runs between the two halves of a snapshot: tests widen it so
@@ -293,7 +299,7 @@ var snapshotGap = func() {}
 // opened only moves generations into it, and the file's absorbed
 // generation then says which of the taken layers it already holds (layers
 // are dropped only after the file has them, so none it lacks is missing).
-func (s *Store) snapshot() (*bolt.Tx, []*layer, error) {
+func (s *Local) snapshot() (*bolt.Tx, []*layer, error) {
 	ls := *s.layers.Load()
 	snapshotGap()
 	btx, err := s.db.Begin(false)
@@ -310,7 +316,7 @@ func (s *Store) snapshot() (*bolt.Tx, []*layer, error) {
 
 // Close waits for queued writes, moves everything into the store file and
 // closes it.
-func (s *Store) Close() error {
+func (s *Local) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -343,7 +349,7 @@ func (s *Store) Close() error {
 	return err
 }
 
-func (s *Store) commitLoop() {
+func (s *Local) commitLoop() {
 	defer close(s.done)
 	batch := make([]*write, 0, maxBatch)
 	idle := time.NewTimer(checkpointIdle)
@@ -392,7 +398,7 @@ func (s *Store) commitLoop() {
 // a median 8% off the CPU per submission at 64 clients (27% at 4). A lone
 // writer never waits; a few clients whose writes are all in wait one gap.
 // t is the loop's timer, stopped.
-func (s *Store) gather(batch []*write, gap time.Duration, deadline time.Time, t *time.Timer) []*write {
+func (s *Local) gather(batch []*write, gap time.Duration, deadline time.Time, t *time.Timer) []*write {
 	for len(batch) < maxBatch {
 		select {
 		case w, ok := <-s.queue:
@@ -425,7 +431,7 @@ func (s *Store) gather(batch []*write, gap time.Duration, deadline time.Time, t 
 // commit runs a group's functions, logs their writes in one record and
 // publishes them. A function that fails gets its error at once and leaves
 // nothing behind.
-func (s *Store) commit(batch []*write) {
+func (s *Local) commit(batch []*write) {
 	start := time.Now()
 	if s.broken != nil {
 		for _, w := range batch {
@@ -444,7 +450,7 @@ func (s *Store) commit(batch []*write) {
 	ok := batch[:0]
 	for _, w := range batch {
 		own.reset()
-		if err := w.fn(&Tx{btx: btx, layers: ls, batch: group, own: own}); err != nil {
+		if err := w.fn(&localTx{btx: btx, layers: ls, batch: group, own: own}); err != nil {
 			w.err <- err
 			continue
 		}
@@ -483,7 +489,7 @@ func (s *Store) commit(batch []*write) {
 // generation while the one below is at most twice the newer's size, so
 // that readers walk a few layers (sizes grow geometrically downwards) and
 // each entry is merged a few times.
-func (s *Store) publish(l *layer) {
+func (s *Local) publish(l *layer) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
 	old := *s.layers.Load()
@@ -500,7 +506,7 @@ func (s *Store) publish(l *layer) {
 // startCheckpoint moves the log on to the next generation (the other file,
 // whose generation a finished checkpoint absorbed) and starts moving the
 // generation just closed into the store file. One runs at a time.
-func (s *Store) startCheckpoint() {
+func (s *Local) startCheckpoint() {
 	if s.ckpt != nil || s.pending == 0 || s.broken != nil {
 		return
 	}
@@ -520,13 +526,18 @@ func (s *Store) startCheckpoint() {
 	s.ckpt = ch
 	go func() {
 		var r ckptResult
-		withSpareProc(func() { r.pages, r.err = s.checkpoint(g, ls) })
+		run := func() { r.pages, r.err = s.checkpoint(g, ls) }
+		if around := s.around.Load(); around != nil {
+			(*around)(run)
+		} else {
+			run()
+		}
 		ch <- r
 	}()
 }
 
 // finished takes a checkpoint's outcome.
-func (s *Store) finished(r ckptResult) {
+func (s *Local) finished(r ckptResult) {
 	s.ckpt = nil
 	s.ckptPages += r.pages
 	if r.err != nil && s.broken == nil {
@@ -539,7 +550,7 @@ func (s *Store) finished(r ckptResult) {
 // drops them from what readers walk. A crash before the commit replays
 // g's log file; after it, the file already holds g and the log's copy is
 // skipped.
-func (s *Store) checkpoint(g uint64, ls []*layer) (int, error) {
+func (s *Local) checkpoint(g uint64, ls []*layer) (int, error) {
 	var written *bolt.Tx
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		written = tx
@@ -566,10 +577,10 @@ func (s *Store) checkpoint(g uint64, ls []*layer) (int, error) {
 	return int(st.GetWrite()), nil
 }
 
-// Tx is one transaction: msgpack records by bucket and key, read from the
-// writer's own changes, those of earlier writers in its group, the
-// published layers and the store file, newest first.
-type Tx struct {
+// localTx is one transaction of a Local store: msgpack records by bucket
+// and key, read from the writer's own changes, those of earlier writers in
+// its group, the published layers and the store file, newest first.
+type localTx struct {
 	btx    *bolt.Tx
 	layers []*layer // published, oldest first
 	batch  *layer   // the group's earlier writers (nil in View)
@@ -577,7 +588,7 @@ type Tx struct {
 }
 
 // levels are the tx's layers, oldest first.
-func (t *Tx) levels() []*layer {
+func (t *localTx) levels() []*layer {
 	ls := t.layers
 	if t.own != nil {
 		ls = append(slices.Clip(ls), t.batch, t.own)
@@ -586,7 +597,7 @@ func (t *Tx) levels() []*layer {
 }
 
 // raw returns the stored bytes at key (valid until the tx ends).
-func (t *Tx) raw(b Bucket, key []byte) []byte {
+func (t *localTx) raw(b Bucket, key []byte) []byte {
 	e, ok := t.layered(b, key)
 	if !ok {
 		return t.fromFile(b, key)
@@ -598,7 +609,7 @@ func (t *Tx) raw(b Bucket, key []byte) []byte {
 }
 
 // layered returns key's newest entry in the tx's layers, if one has it.
-func (t *Tx) layered(b Bucket, key []byte) (entry, bool) {
+func (t *localTx) layered(b Bucket, key []byte) (entry, bool) {
 	found := func(l *layer) (entry, bool) {
 		if l == nil {
 			return entry{}, false
@@ -616,15 +627,33 @@ func (t *Tx) layered(b Bucket, key []byte) (entry, bool) {
 }
 
 // fromFile returns key's bytes in the tx's store-file snapshot.
-func (t *Tx) fromFile(b Bucket, key []byte) []byte { return t.btx.Bucket([]byte(b)).Get(key) }
+func (t *localTx) fromFile(b Bucket, key []byte) []byte { return t.btx.Bucket([]byte(b)).Get(key) }
 
 // fileVersion names the tx's store-file snapshot: bbolt's transaction id,
 // which only a checkpoint's commit moves on. Two snapshots of one version
 // hold the same bytes at every key.
-func (t *Tx) fileVersion() int { return t.btx.ID() }
+func (t *localTx) fileVersion() int { return t.btx.ID() }
+
+// Read returns key's stored bytes. A key that no layer holds reads the
+// file, whose bytes change only when a checkpoint commits a new version:
+// the version returned names it, and a later Read that saw the key at the
+// same version is told so (same) without the file being searched again.
+func (t *localTx) Read(b Bucket, key []byte, seen uint64) (raw []byte, version uint64, same bool) {
+	if e, ok := t.layered(b, key); ok {
+		if e.del {
+			return nil, 0, false
+		}
+		return e.val, 0, false
+	}
+	version = uint64(t.fileVersion()) + 1
+	if seen == version {
+		return nil, version, true
+	}
+	return t.fromFile(b, key), version, false
+}
 
 // Get decodes the record at key into v and reports whether it exists.
-func (t *Tx) Get(b Bucket, key []byte, v any) (bool, error) {
+func (t *localTx) Get(b Bucket, key []byte, v any) (bool, error) {
 	raw := t.raw(b, key)
 	if raw == nil {
 		return false, nil
@@ -636,13 +665,13 @@ func (t *Tx) Get(b Bucket, key []byte, v any) (bool, error) {
 }
 
 // Put encodes v and stores it at key.
-func (t *Tx) Put(b Bucket, key []byte, v any) error {
-	_, err := t.put(b, key, v)
+func (t *localTx) Put(b Bucket, key []byte, v any) error {
+	_, err := t.PutBytes(b, key, v)
 	return err
 }
 
-// put is Put, returning the stored bytes (never changed afterwards).
-func (t *Tx) put(b Bucket, key []byte, v any) ([]byte, error) {
+// PutBytes is Put, returning the stored bytes (never changed afterwards).
+func (t *localTx) PutBytes(b Bucket, key []byte, v any) ([]byte, error) {
 	raw, err := marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s/%q: %w", b, key, err)
@@ -651,11 +680,11 @@ func (t *Tx) put(b Bucket, key []byte, v any) ([]byte, error) {
 }
 
 // Delete removes key.
-func (t *Tx) Delete(b Bucket, key []byte) error {
+func (t *localTx) Delete(b Bucket, key []byte) error {
 	return t.set(b, key, entry{del: true})
 }
 
-func (t *Tx) set(b Bucket, key []byte, e entry) error {
+func (t *localTx) set(b Bucket, key []byte, e entry) error {
 	if t.own == nil {
 		return bolt.ErrTxNotWritable
 	}
@@ -669,7 +698,7 @@ func (t *Tx) set(b Bucket, key []byte, e entry) error {
 // Scan calls fn on the records whose keys start with prefix and come after
 // from (from itself excluded; nil starts at the prefix), in key order, until
 // fn returns false.
-func (t *Tx) Scan(b Bucket, prefix, from []byte, fn func(key, raw []byte) (bool, error)) error {
+func (t *localTx) Scan(b Bucket, prefix, from []byte, fn func(key, raw []byte) (bool, error)) error {
 	seek := prefix
 	if from != nil {
 		seek = from

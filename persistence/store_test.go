@@ -29,7 +29,7 @@ func TestGroupCommit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.Update(func(tx *Tx) error {
+			errs[i] = s.Update(func(tx Tx) error {
 				if err := tx.Put(Metrics, []byte(fmt.Sprint("k", i)), i); err != nil {
 					return err
 				}
@@ -56,7 +56,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.View(func(tx *Tx) error {
+	err = s.View(func(tx Tx) error {
 		for i := range n {
 			var v int
 			ok, err := tx.Get(Metrics, []byte(fmt.Sprint("k", i)), &v)
@@ -72,7 +72,7 @@ func TestGroupCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(func(*Tx) error { return nil }); err != nil {
+	if err := s.Update(func(Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -84,7 +84,7 @@ func TestScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.Update(func(tx *Tx) error {
+	err = s.Update(func(tx Tx) error {
 		for _, run := range []string{"wtr_a", "wtr_b"} {
 			for seq := int64(1); seq <= 5; seq++ {
 				if err := tx.Put(Ops, SeqKey(run, seq), seq); err != nil {
@@ -98,7 +98,7 @@ func TestScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []int64
-	err = s.View(func(tx *Tx) error {
+	err = s.View(func(tx Tx) error {
 		return tx.Scan(Ops, []byte("wtr_a"), SeqKey("wtr_a", 2), func(_, raw []byte) (bool, error) {
 			var seq int64
 			if err := Decode(raw, &seq); err != nil {
@@ -112,7 +112,7 @@ func TestScan(t *testing.T) {
 		t.Errorf("scan after seq 2, two items: %v %v", got, err)
 	}
 	s.Close()
-	if err := s.Update(func(*Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+	if err := s.Update(func(Tx) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Errorf("write after Close: %v", err)
 	}
 }
@@ -122,7 +122,7 @@ func TestScan(t *testing.T) {
 // come within the gap, until its deadline, and a gap with nothing in it
 // ends the wait.
 func TestGatherWaitsForCompany(t *testing.T) {
-	s := &Store{queue: make(chan *write, 4)}
+	s := &Local{queue: make(chan *write, 4)}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	first := &write{}
@@ -171,7 +171,7 @@ func BenchmarkUpdate(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				run := fmt.Sprintf("wtr_%d", next.Add(1))
 				for seq := int64(1); pb.Next(); seq++ {
-					err := s.Update(func(tx *Tx) error {
+					err := s.Update(func(tx Tx) error {
 						if err := tx.Put(Ops, SeqKey(run, seq), payload); err != nil {
 							return err
 						}
@@ -212,7 +212,7 @@ func TestCheckpointPagesReported(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no commit reported a checkpoint's pages (at most %d pages)", most.Load())
 		}
-		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, []byte(fmt.Sprint("k", i)), i) }); err != nil {
+		if err := s.Update(func(tx Tx) error { return tx.Put(Metrics, []byte(fmt.Sprint("k", i)), i) }); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(checkpointIdle)

@@ -17,7 +17,7 @@ import (
 
 // crash stops s as a killed process would: no checkpoint, nothing flushed
 // beyond what each acknowledged write already synced.
-func crash(t *testing.T, s *Store) {
+func crash(t *testing.T, s *Local) {
 	t.Helper()
 	s.mu.Lock()
 	s.closed = true
@@ -54,7 +54,7 @@ func (m model) scan(b Bucket, prefix, from string, limit int) []string {
 	return out
 }
 
-func scanStore(tx *Tx, b Bucket, prefix, from string, limit int) ([]string, error) {
+func scanStore(tx Tx, b Bucket, prefix, from string, limit int) ([]string, error) {
 	var out []string
 	var f []byte
 	if from != "" {
@@ -74,9 +74,9 @@ func scanStore(tx *Tx, b Bucket, prefix, from string, limit int) ([]string, erro
 // checkModel reads every key (directly and through memos, which live from
 // one call to the next and across reopens) and a few scans through View
 // and compares them with the model.
-func checkModel(t *testing.T, s *Store, m model, memos map[string]*Memo[int64], r *rand.Rand, when string) {
+func checkModel(t *testing.T, s *Local, m model, memos map[string]*Memo[int64], r *rand.Rand, when string) {
 	t.Helper()
-	err := s.View(func(tx *Tx) error {
+	err := s.View(func(tx Tx) error {
 		for _, b := range []Bucket{Ops, Metrics} {
 			for i := range 40 {
 				k := fmt.Sprintf("r%d/%02d", i%3, i)
@@ -163,7 +163,7 @@ func TestStoreMatchesModel(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := s.Update(func(tx *Tx) error {
+				err := s.Update(func(tx Tx) error {
 					for _, c := range cs {
 						var err error
 						if c.del {
@@ -232,17 +232,17 @@ var errRefused = fmt.Errorf("refused")
 // older generation left past a newer one's tail.
 func TestLogRecovery(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wts.db")
-	put := func(s *Store, k string, v int64) {
+	put := func(s *Local, k string, v int64) {
 		t.Helper()
-		if err := s.Update(func(tx *Tx) error { return tx.Put(Metrics, []byte(k), v) }); err != nil {
+		if err := s.Update(func(tx Tx) error { return tx.Put(Metrics, []byte(k), v) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	get := func(s *Store, k string) (int64, bool) {
+	get := func(s *Local, k string) (int64, bool) {
 		t.Helper()
 		var v int64
 		var ok bool
-		err := s.View(func(tx *Tx) (err error) {
+		err := s.View(func(tx Tx) (err error) {
 			ok, err = tx.Get(Metrics, []byte(k), &v)
 			return err
 		})
@@ -410,7 +410,7 @@ func TestSnapshotsAcrossCheckpoints(t *testing.T) {
 				}
 				var x, y, v int64
 				var at, after bool
-				err := s.View(func(tx *Tx) (err error) {
+				err := s.View(func(tx Tx) (err error) {
 					if _, err = tx.Get(Metrics, []byte("x"), &x); err != nil {
 						return err
 					}
@@ -432,7 +432,7 @@ func TestSnapshotsAcrossCheckpoints(t *testing.T) {
 		}()
 	}
 	for i := int64(1); i <= writes; i++ {
-		err := s.Update(func(tx *Tx) error {
+		err := s.Update(func(tx Tx) error {
 			if err := tx.Put(Metrics, []byte("x"), i); err != nil {
 				return err
 			}

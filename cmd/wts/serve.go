@@ -110,10 +110,16 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	sys, err := actors.Start(actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
+	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
+	if err != nil {
+		return err
+	}
+	st.AroundCheckpoint(withSpareProc)
+	sys, err := actors.Start(actors.Config{DataDir: *data, Store: st, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
 		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine})
 	if err != nil {
+		st.Close() // Start may have closed it already: harmless
 		return err
 	}
 	if err := firstKey(sys.Store()); err != nil {
@@ -204,9 +210,9 @@ func listenAdmin(data string) (net.Listener, error) {
 
 // firstKey prints a test key for a store that has none, so that a fresh
 // node can be used at once. It is shown once; only its hash is kept.
-func firstKey(st *persistence.Store) error {
+func firstKey(st persistence.Store) error {
 	empty := true
-	err := st.View(func(tx *persistence.Tx) error {
+	err := st.View(func(tx persistence.Tx) error {
 		return tx.Scan(persistence.Keys, nil, nil, func(_, _ []byte) (bool, error) {
 			empty = false
 			return false, nil

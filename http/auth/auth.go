@@ -34,7 +34,7 @@ var ErrInvalid = errors.New("invalid API key")
 
 // Create issues a key for an organization and stores its hash. The key is
 // returned once and never stored.
-func Create(st *persistence.Store, org string, live bool, now time.Time) (string, error) {
+func Create(st persistence.Store, org string, live bool, now time.Time) (string, error) {
 	if org == "" {
 		return "", fmt.Errorf("organization name is empty")
 	}
@@ -50,7 +50,7 @@ func Create(st *persistence.Store, org string, live bool, now time.Time) (string
 	id := key[len(prefix) : len(prefix)+idLen]
 	sum := sha256.Sum256([]byte(key))
 	rec := persistence.Key{ID: id, Tenant: persistence.Tenant{Org: org, Live: live}, Hash: sum[:], CreatedAt: now.UTC()}
-	err := st.Update(func(tx *persistence.Tx) error {
+	err := st.Update(func(tx persistence.Tx) error {
 		var old persistence.Key
 		if ok, err := tx.Get(persistence.Keys, []byte(id), &old); err != nil || ok {
 			if err == nil {
@@ -73,12 +73,12 @@ func Create(st *persistence.Store, org string, live bool, now time.Time) (string
 // made a moment ago (by another process, through the admin socket) is
 // found on its first use. Revocation, when it comes, must drop the entry.
 type Keys struct {
-	st   *persistence.Store
+	st   persistence.Store
 	seen sync.Map // key id → persistence.Key
 }
 
 // NewKeys checks keys against st.
-func NewKeys(st *persistence.Store) *Keys { return &Keys{st: st} }
+func NewKeys(st persistence.Store) *Keys { return &Keys{st: st} }
 
 // Check returns the tenant of a presented key. The hash is compared on
 // every call, cached record or not, in constant time.
@@ -117,7 +117,7 @@ func (k *Keys) lookup(id string) (persistence.Key, bool, error) {
 	}
 	var rec persistence.Key
 	var ok bool
-	err := k.st.View(func(tx *persistence.Tx) (err error) {
+	err := k.st.View(func(tx persistence.Tx) (err error) {
 		ok, err = tx.Get(persistence.Keys, []byte(id), &rec)
 		return err
 	})

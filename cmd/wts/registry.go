@@ -1,4 +1,4 @@
-package actors
+package main
 
 import cmap "github.com/orcaman/concurrent-map"
 
