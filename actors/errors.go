@@ -24,6 +24,7 @@ const (
 	CodeRunExists           = "run_already_exists"
 	CodeInvalidState        = "state_conflict"
 	CodeValidation          = "validation_error"
+	CodeMalformed           = "malformed_json"
 	CodeModelUnavailable    = "model_not_available"
 	CodeRevisionMismatch    = "model_revision_mismatch"
 	CodeUnsupported         = "operation_not_supported"

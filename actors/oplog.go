@@ -270,23 +270,6 @@ func (o *opOwner) held() int64 {
 // awake answers a call that only activates its grain.
 func awake(actor.Context, grain.In) (any, error) { return struct{}{}, nil }
 
-// admit decodes a submission to the grain and answers what needs no new
-// operation: another tenant's (not found, as what) and a repeat of an
-// idempotency key (the original). Otherwise it returns the submission and
-// its idempotency key, with a nil Accepted.
-func (b *base) admit(in grain.In, owner persistence.Tenant, what string) (*Submission, []byte, *Accepted, error) {
-	sub, err := grain.Decode[Submission](in)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if sub.Tenant != owner {
-		return nil, nil, nil, notFound(what, b.id)
-	}
-	key := persistence.IdemKey(b.id, sub.IdempotencyKey)
-	acc, err := repeated(b.sys, b.id, key, sub)
-	return sub, key, acc, err
-}
-
 // sweepQueue visits the owner's queued operations inside tx: fn may change
 // one (and says so, to have it written) and says whether it stays queued. It
 // returns the operations that stay, in order.

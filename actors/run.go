@@ -15,7 +15,7 @@ import (
 )
 
 // Submission is one operation submitted to a run or a sampler,
-// schema-checked already.
+// schema-checked already; its grain admits it (admit).
 type Submission struct {
 	Tenant         persistence.Tenant
 	Target         string // the run or sampler id
@@ -24,12 +24,6 @@ type Submission struct {
 	RequestHash    string
 	Kind           string
 	Payload        json.RawMessage
-
-	// parsed is Payload as Submit parsed it. It travels only to a grain on
-	// this node (it is not encoded), which hands it on to the operation's
-	// job so that the executor does not parse the payload again (a
-	// submission's second parse was 2% of the service's CPU at 64 clients).
-	parsed payload.Parsed
 }
 
 // Accepted is a grain's answer to a submission: the operation handle, and
@@ -39,106 +33,8 @@ type Accepted struct {
 	Created bool
 }
 
-// Submit checks a submission against the run's model and capability, then
-// hands it to the run's grain, which accepts it durably.
-func (s *System) Submit(sub Submission) (*Accepted, error) {
-	run, err := s.runFacts(sub.Tenant, sub.Target)
-	if err != nil {
-		return nil, err
-	}
-	parsed, err := s.checkPayload(sub, s.cfg.Registry.Row(run.provider).Operations, run.baseModel)
-	if err != nil {
-		return nil, err
-	}
-	sub.parsed = parsed
-	if err := s.checkReferences(sub.Tenant, sub.Target, parsed); err != nil {
-		return nil, err
-	}
-	if sub.Kind == payload.Sample && payload.Required(parsed) != nil {
-		return nil, &payload.Invalid{Field: "payload.required_weight_version", Reason: "a run-scoped sample always samples the run's current weights; send it to the sampler instead"}
-	}
-	return s.run(sub.Target).submit(sub)
-}
-
-// checkPayload checks a submission's kind against those offered and its
-// payload against the schema and the model.
-func (s *System) checkPayload(sub Submission, offered []string, baseModel string) (payload.Parsed, error) {
-	if !slices.Contains(offered, sub.Kind) {
-		return nil, refuse(CodeUnsupported, "operation %s is not offered here", sub.Kind)
-	}
-	parsed, err := parse(sub.Kind, sub.Payload)
-	if err != nil {
-		return nil, err
-	}
-	m, _ := s.cfg.Registry.Catalog().Lookup(baseModel)
-	if err := payload.CheckModel(parsed, m.Config); err != nil {
-		return nil, engineRefusal(err)
-	}
-	if kv := requestKV(m.Config, parsed); kv > 0 {
-		if err := s.mem.fits("the request's KV caches", kv); err != nil {
-			return nil, err
-		}
-	}
-	return parsed, nil
-}
-
-// runFacts is what a submission is checked against before it reaches the
-// run's grain; none of it ever changes for a run.
-type runFacts struct {
-	tenant    persistence.Tenant
-	provider  string
-	baseModel string
-}
-
-// runFacts reads a run's facts, from the store once and then from memory
-// while the run can take work: a busy run's submissions skip reading and
-// decoding its run and session records. ended forgets them.
-func (s *System) runFacts(t persistence.Tenant, runID string) (runFacts, error) {
-	if v, ok := s.facts.Load(runID); ok {
-		if f := v.(runFacts); f.tenant == t {
-			return f, nil
-		}
-		return runFacts{}, notFound("run", runID)
-	}
-	run, err := s.GetRun(t, runID)
-	if err != nil {
-		return runFacts{}, err
-	}
-	ss, err := s.GetSession(t, run.SessionID)
-	if err != nil {
-		return runFacts{}, err
-	}
-	f := runFacts{run.Tenant, ss.Provider, run.BaseModel}
-	if !Terminal(RunMoves, run.Status) {
-		s.facts.Store(runID, f)
-	}
-	return f, nil
-}
-
-// checkReferences checks the checkpoint a load_state or export_lora names:
-// the caller's, not retired, and made for this run's model and adapter
-// shape.
-func (s *System) checkReferences(t persistence.Tenant, runID string, p payload.Parsed) error {
-	var id string
-	switch p := p.(type) {
-	case *payload.Load:
-		id = p.CheckpointID
-	case *payload.Export:
-		id = p.CheckpointID
-	}
-	if id == "" {
-		return nil
-	}
-	run, err := s.GetRun(t, runID)
-	if err != nil {
-		return err
-	}
-	cp, err := s.checkpoint(id)
-	if err != nil {
-		return err
-	}
-	return usable(cp, t, run.BaseModel, run.ModelRevision, run.LoRA)
-}
+// Submit hands a submission to its run's grain, which admits it durably.
+func (s *System) Submit(sub Submission) (*Accepted, error) { return s.run(sub.Target).submit(sub) }
 
 // Control is a finish or cancel request on a run.
 type Control struct {
@@ -342,33 +238,38 @@ func accepting(r *persistence.Run) error {
 	return nil
 }
 
-func (g *runGrain) submit(_ actor.Context, in grain.In) (any, error) {
-	sub, key, acc, err := g.admit(in, g.run.Tenant, "run")
-	if err != nil || acc != nil {
-		return acc, err
-	}
-	if err := accepting(g.run); err != nil {
+func (g *runGrain) submit(_ actor.Context, in grain.In) (any, error) { return g.admit(in, g) }
+
+// What the run gives admit.
+func (g *runGrain) owner() persistence.Tenant { return g.run.Tenant }
+func (g *runGrain) nextSeq() int64            { return g.run.NextSeqID }
+func (g *runGrain) takes() error              { return accepting(g.run) }
+
+func (g *runGrain) rules() (*submitRules, error) {
+	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
+	if err != nil {
 		return nil, err
 	}
-	if sub.SeqID != g.run.NextSeqID {
-		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the run's next_seq_id %d", sub.SeqID, g.run.NextSeqID)
-	}
-	if err := g.sys.adm.admit(g.run.Tenant.Org, "run", g.depth()); err != nil {
-		return nil, err
-	}
+	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.run.BaseModel)
+	return &submitRules{what: "run", scope: onRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}, nil
+}
+
+// accept writes an admitted operation, keeping its parsed payload near the
+// head of the queue for its job.
+func (g *runGrain) accept(sub *Submission, key []byte, p payload.Parsed) (*persistence.Operation, error) {
 	// The parse is kept for an operation near the head of the queue only:
 	// deeper ones are parsed again when they start, so a long queue of
 	// large batches does not hold them all in memory.
-	if sub.parsed != nil && len(g.queue) < parsedKeep {
-		g.parsed[sub.SeqID] = sub.parsed
+	if len(g.queue) < parsedKeep {
+		g.parsed[sub.SeqID] = p
 	}
-	op, err := g.accept(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
+	op, err := g.acceptOp(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
 	if err != nil {
 		delete(g.parsed, sub.SeqID)
 		return nil, err
 	}
 	g.kick()
-	return handle(op, true), nil
+	return op, nil
 }
 
 // parsedKeep is how many queued operations keep their parsed payload.
@@ -380,10 +281,10 @@ const parsedKeep = 4
 // for a few milliseconds of lease.
 const leaseWriteEvery = time.Second
 
-// accept writes a new operation at the run's next seq_id, with its
-// idempotency entry, and extends the session's lease (an operation is
+// acceptOp writes a new operation at the run's next seq_id, with its
+// idempotency entry, and renews the session's lease (an operation is
 // activity). Nothing is acknowledged before this is on disk.
-func (g *runGrain) accept(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
+func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
 	var op *persistence.Operation
 	var next advanced
 	// With nothing queued or executing, the operation goes to the executor
@@ -480,7 +381,7 @@ func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accep
 	if !slices.Contains(allowed, g.run.Status) {
 		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.id, g.run.Status, kind)
 	}
-	op, err := g.accept(key, kind, "", "", nil)
+	op, err := g.acceptOp(key, kind, "", "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -683,7 +584,6 @@ func (g *runGrain) ended() {
 	if !Terminal(RunMoves, g.run.Status) {
 		return
 	}
-	g.sys.facts.Delete(g.id)
 	g.sys.execRelease(jobRef{RunID: g.id, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
 		g.sys.sampler(g.run.SamplerID).runEnded(weightsUpdate{g.run.LatestWeightVersion})

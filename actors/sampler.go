@@ -149,28 +149,40 @@ func (g *samplerGrain) write(fn func(tx persistence.Tx, r *persistence.Sampler) 
 	return err
 }
 
-func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) {
-	sub, key, acc, err := g.admit(in, g.rec.Tenant, "sampler")
-	if err != nil || acc != nil {
-		return acc, err
-	}
+func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) { return g.admit(in, g) }
+
+// What the sampler gives admit.
+func (g *samplerGrain) owner() persistence.Tenant { return g.rec.Tenant }
+func (g *samplerGrain) nextSeq() int64            { return g.rec.NextSeqID }
+
+func (g *samplerGrain) takes() error {
 	if g.rec.Status == SamplerRetired {
-		return nil, refuse(CodeSamplerNotServing, "sampler %s is retired", g.id)
+		return refuse(CodeSamplerNotServing, "sampler %s is retired", g.id)
 	}
-	if sub.SeqID != g.rec.NextSeqID {
-		return nil, refuse(CodeSeqMismatch, "seq_id %d does not match the sampler's next_seq_id %d", sub.SeqID, g.rec.NextSeqID)
-	}
-	org, depth, _ := g.load()
-	if err := g.sys.adm.admit(org, "sampler", depth); err != nil {
-		return nil, err
-	}
-	parsed, err := parse(sub.Kind, sub.Payload)
+	return nil
+}
+
+func (g *samplerGrain) depth() int {
+	_, n, _ := g.load()
+	return n
+}
+
+func (g *samplerGrain) rules() (*submitRules, error) {
+	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
 		return nil, err
 	}
+	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.rec.BaseModel)
+	return &submitRules{what: "sampler", scope: onSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}, nil
+}
+
+// accept writes an admitted operation: pending, or parked until the
+// sampler holds the weight version it requires (failed at once when the
+// ended run never saved that version).
+func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed) (*persistence.Operation, error) {
 	required := payload.Required(parsed)
 	var op *persistence.Operation
-	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
+	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
 		first := OpPending // an operation that waits for a weight version starts parked
 		if required != nil && *required > r.SyncedWeightVersion {
@@ -199,7 +211,7 @@ func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) {
 		g.queue = append(g.queue, op.SeqID)
 		g.kick()
 	}
-	return handle(op, true), nil
+	return op, nil
 }
 
 // run hands a sampler operation to the sampling executor, at the sampler's
@@ -520,20 +532,9 @@ func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampl
 	return get(s, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
 }
 
-// SubmitToSampler checks a sampler operation against the sampler's model
-// and capability, then hands it to the sampler's grain.
+// SubmitToSampler hands a sampler operation to the sampler's grain, which
+// admits it durably.
 func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
-	sm, err := s.GetSampler(sub.Tenant, sub.Target)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := s.GetSession(sub.Tenant, sm.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.checkPayload(sub, s.cfg.Registry.Row(ss.Provider).SamplerOperations, sm.BaseModel); err != nil {
-		return nil, err
-	}
 	return s.sampler(sub.Target).submit(sub)
 }
 

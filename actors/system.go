@@ -94,7 +94,6 @@ type System struct {
 	samplers   *samplingExecutor
 	stop       chan struct{}
 	wg         sync.WaitGroup
-	facts      sync.Map // run id → runFacts, for runs that can take work
 	vault      *persistence.Vault
 	exportWake chan struct{} // tells the exporter there is work
 	models     models

@@ -9,7 +9,7 @@ import (
 // Codes the HTTP layer itself answers with (the grains' codes are in
 // package actors, the engine's in kernels/kerr).
 const (
-	codeMalformed        = "malformed_json"
+	codeMalformed        = actors.CodeMalformed
 	codeMalformedMsgpack = "malformed_msgpack"
 	codeUnauthorized     = "unauthorized"
 	codeTooLarge         = "payload_too_large"

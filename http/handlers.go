@@ -66,10 +66,11 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) e
 	return nil
 }
 
-// requestTarget reads the body of an action on one resource that carries
-// only a request_id (heartbeat, close, finish, cancel) and checks that the
-// resource named in the path is the caller's before any grain sees it.
-func requestTarget[T any](ctx *fasthttp.RequestCtx, t persistence.Tenant, param, prefix, what string, read func(persistence.Tenant, string) (*T, error)) (id, requestID string, err error) {
+// requestTarget reads the path id and the body of an action on one
+// resource that carries only a request_id (heartbeat, close, finish,
+// cancel, retire). Whether the resource is the caller's is its grain's
+// check.
+func requestTarget(ctx *fasthttp.RequestCtx, param, prefix, what string) (id, requestID string, err error) {
 	if id, err = pathID(ctx, param, prefix, what); err != nil {
 		return "", "", err
 	}
@@ -80,16 +81,13 @@ func requestTarget[T any](ctx *fasthttp.RequestCtx, t persistence.Tenant, param,
 	if err := b.check(); err != nil {
 		return "", "", err
 	}
-	if _, err := read(t, id); err != nil {
-		return "", "", err
-	}
 	return id, *b.RequestID, nil
 }
 
 // sessionAction is heartbeat and close: the session after the action.
 func (s *Server) sessionAction(act func(persistence.Tenant, string) (*actors.Session, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, _, err := requestTarget(ctx, t, "session_id", actors.SessionPrefix, "session", s.sys.GetSession)
+		id, _, err := requestTarget(ctx, "session_id", actors.SessionPrefix, "session")
 		if err != nil {
 			return err
 		}
@@ -113,9 +111,6 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 	}
 	if err := b.check(); err != nil {
 		return err
-	}
-	if _, err := s.sys.GetSession(t, id); err != nil {
-		return err // before the grain: another tenant's id activates nothing
 	}
 	r, err := s.sys.CreateRun(b.request(t, id))
 	if err != nil {
@@ -163,7 +158,7 @@ func submitTo(param, prefix, what string, kinds []string, submit func(actors.Sub
 // request.
 func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.Accepted, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, requestID, err := requestTarget(ctx, t, "run_id", actors.RunPrefix, "run", s.sys.GetRun)
+		id, requestID, err := requestTarget(ctx, "run_id", actors.RunPrefix, "run")
 		if err != nil {
 			return err
 		}
@@ -180,7 +175,7 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.A
 // actors.System.CancelOperation); the answer is the operation as it is
 // then: cancelled, or executing until its next decoding step.
 func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, _, err := requestTarget(ctx, t, "operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)
+	id, _, err := requestTarget(ctx, "operation_id", actors.OperationPrefix, "operation")
 	if err != nil {
 		return err
 	}
@@ -194,7 +189,7 @@ func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant)
 
 // retire answers retire with the run's retire reply.
 func (s *Server) retire(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, requestID, err := requestTarget(ctx, t, "run_id", actors.RunPrefix, "run", s.sys.GetRun)
+	id, requestID, err := requestTarget(ctx, "run_id", actors.RunPrefix, "run")
 	if err != nil {
 		return err
 	}
