@@ -57,10 +57,10 @@ func (o *opOwner) admit(in grain.In, g ordered) (*Accepted, error) {
 		return nil, err
 	}
 	if sub.Tenant != g.owner() {
-		return nil, notFound(r.what, o.id)
+		return nil, notFound(r.what, o.ID)
 	}
-	key := persistence.IdemKey(o.id, sub.IdempotencyKey)
-	if acc, err := repeated(o.sys, o.id, key, sub); err != nil || acc != nil {
+	key := persistence.IdemKey(o.ID, sub.IdempotencyKey)
+	if acc, err := repeated(o.sys, o.ID, key, sub); err != nil || acc != nil {
 		return acc, err
 	}
 	p, err := o.sys.checkPayload(sub, r)

@@ -289,10 +289,10 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if req.Tenant != g.run.Tenant {
-		return nil, notFound("run", g.id)
+		return nil, notFound("run", g.ID)
 	}
 	if !Terminal(RunMoves, g.run.Status) {
-		return nil, refuse(CodeRunNotTerminal, "run %s is %s; only a run that has ended can be retired", g.id, g.run.Status)
+		return nil, refuse(CodeRunNotTerminal, "run %s is %s; only a run that has ended can be retired", g.ID, g.run.Status)
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		r.Retired = true
@@ -305,15 +305,15 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(g.sys.volume.ArtifactPrefix(g.id)); err != nil {
-		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.id, err)
+	if err := os.RemoveAll(g.sys.volume.ArtifactPrefix(g.ID)); err != nil {
+		return nil, fmt.Errorf("remove the artifact prefix of %s: %w", g.ID, err)
 	}
 	if g.run.SamplerID != "" {
 		if err := g.sys.sampler(g.run.SamplerID).retire(); err != nil {
 			return nil, fmt.Errorf("retire sampler %s: %w", g.run.SamplerID, err)
 		}
 	}
-	return &RetireReply{ID: g.id, Status: g.run.Status, Retired: true}, nil
+	return &RetireReply{ID: g.ID, Status: g.run.Status, Retired: true}, nil
 }
 
 // retireOutputs marks a run's records in bucket b retired; output is the

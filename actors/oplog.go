@@ -1,12 +1,10 @@
 package actors
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	pcluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/persistence"
@@ -35,7 +33,7 @@ type opOwner struct {
 // head's next seq_id set to what fn returns.
 func (o *opOwner) headTx(fn func(tx persistence.Tx) (int64, error)) error {
 	return o.sys.store.Update(func(tx persistence.Tx) error {
-		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
+		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.ID))
 		if err != nil {
 			return err
 		}
@@ -47,26 +45,26 @@ func (o *opOwner) headTx(fn func(tx persistence.Tx) (int64, error)) error {
 			return err
 		}
 		h.NextSeqID = next
-		return o.head.Put(tx, persistence.Heads, []byte(o.id), h)
+		return o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
 	})
 }
 
 // takeLease bumps the owner's activation epoch (inside an activation's
 // transaction), makes it this activation's and returns the head.
 func (o *opOwner) takeLease(tx persistence.Tx) (persistence.Head, error) {
-	h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.id))
+	h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.ID))
 	if err != nil {
 		return h, err
 	}
 	h.Epoch++
 	o.epoch = h.Epoch
-	return h, o.head.Put(tx, persistence.Heads, []byte(o.id), h)
+	return h, o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
 }
 
 // op reads the owner's operation seq inside tx (the zero operation if there
 // is none), as a copy the caller may change by assignment.
 func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, error) {
-	op, ok, err := o.memo(seq).Get(tx, persistence.Ops, persistence.SeqKey(o.id, seq))
+	op, ok, err := o.memo(seq).Get(tx, persistence.Ops, persistence.SeqKey(o.ID, seq))
 	if !ok || Terminal(OpMoves, op.Status) {
 		delete(o.ops, seq)
 	}
@@ -90,7 +88,7 @@ func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 // while it is queued or executing; an ended one is not read again by its
 // grain, and leaves the memos.
 func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
-	key := persistence.SeqKey(o.id, op.SeqID)
+	key := persistence.SeqKey(o.ID, op.SeqID)
 	if Terminal(OpMoves, op.Status) {
 		delete(o.ops, op.SeqID)
 		return tx.Put(persistence.Ops, key, op)
@@ -134,7 +132,7 @@ func (o *opOwner) putAccepted(tx persistence.Tx, op *persistence.Operation, idem
 	if err := o.putOp(tx, op); err != nil {
 		return err
 	}
-	key := persistence.SeqKey(o.id, op.SeqID)
+	key := persistence.SeqKey(o.ID, op.SeqID)
 	if err := tx.Put(persistence.Index, []byte(op.ID), key); err != nil {
 		return err
 	}
@@ -153,108 +151,11 @@ func settle(op *persistence.Operation, status, code, msg string, now time.Time) 
 	return nil
 }
 
-// grain is what every grain has: its system, identity, activation failure
-// and methods.
+// base is what every grain of the node embeds: the grain runtime's Base,
+// and its node.
 type base struct {
-	sys     *System
-	id      string
-	err     error                    // activation failure, answered to every call
-	methods map[string]grain.Handler // by wire method name
-	// load, when set, is the grain's queued work, reported to admission
-	// control after every message it handles.
-	load func() (org string, ops int, bytes int64)
-	// idle, when set, says whether the grain holds nothing that is not in
-	// the store and awaits no report, so that it may passivate; unset, it
-	// always may.
-	idle func() bool
-	// last is when the grain last handled a message; idleTimer checks,
-	// GrainIdle after it, whether the grain may passivate (protoactor's
-	// ReceiveTimeout races with the mailbox: protoactor-go#1139).
-	last      time.Time
-	idleTimer *time.Timer
-}
-
-// idleCheck is the grain's own message that its idle timer fired.
-type idleCheck struct{}
-
-// passivateIfIdle passivates a grain that has had no message for
-// GrainIdle and holds nothing in flight; otherwise it checks again when it
-// next could be.
-func (b *base) passivateIfIdle(ctx actor.Context) {
-	wait := b.sys.cfg.GrainIdle - time.Since(b.last)
-	if wait <= 0 && (b.idle == nil || b.idle()) {
-		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
-		return
-	}
-	self, root := ctx.Self(), b.sys.actors.Root
-	b.idleTimer = time.AfterFunc(max(wait, b.sys.cfg.GrainIdle), func() { root.Send(self, idleCheck{}) })
-}
-
-// receive is a grain's Receive: on activation it recovers (activate) and
-// moves on (resume, if any); a call goes to its method's handler, or is
-// answered with the activation's failure.
-func (b *base) receive(ctx actor.Context, activate func() error, resume func()) {
-	switch m := ctx.Message().(type) {
-	case *pcluster.ClusterInit:
-		b.id = m.Identity.Identity
-		if b.err = activate(); b.err == nil && resume != nil {
-			resume()
-		}
-		b.account()
-		if b.err != nil {
-			// The calls already here are answered with the failure; then
-			// this activation leaves, and the next call tries again.
-			ctx.Poison(ctx.Self())
-			return
-		}
-		b.last = time.Now()
-		b.passivateIfIdle(ctx)
-	case idleCheck:
-		b.passivateIfIdle(ctx)
-	case *actor.Stopped:
-		if b.idleTimer != nil {
-			b.idleTimer.Stop()
-		}
-	default:
-		b.last = time.Now()
-		defer b.account()
-		if l, ok := m.(*grain.Local); ok && l.Counted {
-			defer b.sys.router.Handled()
-		}
-		method, in, isLocal, ok := grain.Request(m)
-		if !ok {
-			return
-		}
-		h := b.methods[method]
-		switch {
-		case b.err != nil:
-			h = func(actor.Context, grain.In) (any, error) { return nil, b.err }
-		case h == nil:
-			h = func(actor.Context, grain.In) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
-		}
-		grain.Answer(ctx, b.sys.log, method, in, isLocal, func(ctx actor.Context, in grain.In) (resp any, err error) {
-			err = grain.Guard(b.sys.log, "grain "+method, func() (err error) {
-				resp, err = h(ctx, in)
-				return err
-			})
-			if errors.Is(err, grain.ErrPanic) {
-				// What the grain holds in memory may be half-changed: it
-				// starts over from its durable state, as after a restart.
-				if b.err = activate(); b.err == nil && resume != nil {
-					resume()
-				}
-			}
-			return resp, err
-		})
-	}
-}
-
-// account reports the grain's queued work to admission control.
-func (b *base) account() {
-	if b.load != nil && b.err == nil && b.id != "" { // activated (Started comes before ClusterInit)
-		org, ops, bytes := b.load()
-		b.sys.adm.set(b.id, org, ops, bytes)
-	}
+	grain.Base
+	sys *System
 }
 
 // held is the bytes the owner's memos hold for its queued and executing

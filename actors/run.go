@@ -80,8 +80,8 @@ type runGrain struct {
 }
 
 func (g *runGrain) Receive(ctx actor.Context) {
-	if g.methods == nil {
-		g.methods = map[string]grain.Handler{
+	if g.Methods == nil {
+		g.Methods = map[string]grain.Handler{
 			runSubmit:       g.submit,
 			runFinish:       g.finish,
 			runCancel:       g.cancel,
@@ -94,10 +94,10 @@ func (g *runGrain) Receive(ctx actor.Context) {
 			runExecDone:     g.execDone,
 			runExecProgress: g.execProgress,
 		}
-		g.load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
-		g.idle = func() bool { return !g.busy() }
+		g.Load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
+		g.Idle = func() bool { return !g.busy() }
 	}
-	g.receive(ctx, g.activate, g.kick)
+	g.Handle(ctx, g.activate, g.kick)
 }
 
 // activate takes the run's lease (bumps its epoch) and recovers from
@@ -112,9 +112,9 @@ func (g *runGrain) Receive(ctx actor.Context) {
 func (g *runGrain) activate() error {
 	return g.sys.store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Run)
-		if ok, err := tx.Get(persistence.Runs, []byte(g.id), r); err != nil || !ok {
+		if ok, err := tx.Get(persistence.Runs, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
-				err = notFound("run", g.id)
+				err = notFound("run", g.ID)
 			}
 			return err
 		}
@@ -369,17 +369,17 @@ func controlKey(runID, kind, requestID string) []byte {
 // one of allowed; a repeat of its request_id returns the first one.
 func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accepted, error) {
 	if req.Tenant != g.run.Tenant {
-		return nil, notFound("run", g.id)
+		return nil, notFound("run", g.ID)
 	}
-	key := controlKey(g.id, kind, req.RequestID)
-	if op, err := existingOp(g.sys, g.id, key); err != nil || op != nil {
+	key := controlKey(g.ID, kind, req.RequestID)
+	if op, err := existingOp(g.sys, g.ID, key); err != nil || op != nil {
 		if err != nil {
 			return nil, err
 		}
 		return handle(op, false), nil
 	}
 	if !slices.Contains(allowed, g.run.Status) {
-		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.id, g.run.Status, kind)
+		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.ID, g.run.Status, kind)
 	}
 	op, err := g.acceptOp(key, kind, "", "", nil)
 	if err != nil {
@@ -455,7 +455,7 @@ func (g *runGrain) stopWork(code, msg string) {
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("cancel queued operations", "run", g.id, "err", err)
+		g.sys.log.Error("cancel queued operations", "run", g.ID, "err", err)
 		return
 	}
 	for _, seq := range g.queue {
@@ -467,8 +467,8 @@ func (g *runGrain) stopWork(code, msg string) {
 	if g.executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.sys.execCancel(jobRef{RunID: g.id, SeqID: g.executing, Epoch: g.epoch})
-		g.sys.samplingCancel(samplingRef{runKind, g.id, g.executing})
+		g.sys.execCancel(jobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.epoch})
+		g.sys.samplingCancel(samplingRef{runKind, g.ID, g.executing})
 		return
 	}
 	g.kick()
@@ -478,7 +478,7 @@ func (g *runGrain) stopWork(code, msg string) {
 // at the head goes to the executor after a read; only a finish or cancel
 // there needs a write.
 func (g *runGrain) kick() {
-	if g.err != nil || g.executing != 0 || len(g.queue) == 0 {
+	if g.Err != nil || g.executing != 0 || len(g.queue) == 0 {
 		return
 	}
 	var next advanced
@@ -499,7 +499,7 @@ func (g *runGrain) kick() {
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("start operation", "run", g.id, "seq", g.queue[0], "err", err)
+		g.sys.log.Error("start operation", "run", g.ID, "seq", g.queue[0], "err", err)
 		return
 	}
 	g.started(next)
@@ -584,7 +584,7 @@ func (g *runGrain) ended() {
 	if !Terminal(RunMoves, g.run.Status) {
 		return
 	}
-	g.sys.execRelease(jobRef{RunID: g.id, Epoch: g.epoch})
+	g.sys.execRelease(jobRef{RunID: g.ID, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
 		g.sys.sampler(g.run.SamplerID).runEnded(weightsUpdate{g.run.LatestWeightVersion})
 	}

@@ -46,8 +46,8 @@ type samplerGrain struct {
 }
 
 func (g *samplerGrain) Receive(ctx actor.Context) {
-	if g.methods == nil {
-		g.methods = map[string]grain.Handler{
+	if g.Methods == nil {
+		g.Methods = map[string]grain.Handler{
 			samplerSubmit:           g.submit,
 			samplerWeights:          g.weights,
 			samplerSynced:           g.synced,
@@ -60,7 +60,7 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 			samplerWake:             awake,
 			samplerCancelOp:         g.cancelOp,
 		}
-		g.load = func() (string, int, int64) {
+		g.Load = func() (string, int, int64) {
 			n := len(g.queue)
 			if g.executing != 0 {
 				n++
@@ -69,9 +69,9 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 		}
 		// A sampler whose sync is in flight awaits its report, and
 		// run-scoped samples waiting for a version live only here.
-		g.idle = func() bool { return g.executing == 0 && len(g.queue) == 0 && len(g.forRun) == 0 && g.syncing == 0 }
+		g.Idle = func() bool { return g.executing == 0 && len(g.queue) == 0 && len(g.forRun) == 0 && g.syncing == 0 }
 	}
-	g.receive(ctx, g.activate, g.kick)
+	g.Handle(ctx, g.activate, g.kick)
 }
 
 // activate takes the sampler's lease and recovers: an operation found
@@ -82,9 +82,9 @@ func (g *samplerGrain) activate() error {
 	var run persistence.Run
 	err := g.sys.store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Sampler)
-		if ok, err := tx.Get(persistence.Samplers, []byte(g.id), r); err != nil || !ok {
+		if ok, err := tx.Get(persistence.Samplers, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
-				err = notFound("sampler", g.id)
+				err = notFound("sampler", g.ID)
 			}
 			return err
 		}
@@ -98,7 +98,7 @@ func (g *samplerGrain) activate() error {
 		r.NextSeqID = h.NextSeqID
 		g.queue, g.executing = g.queue[:0], 0
 		now := g.sys.now()
-		err := scanOps(tx, g.id, 0, func(op *persistence.Operation) error {
+		err := scanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case OpExecuting:
 				requeued, err := requeue(op, now)
@@ -128,7 +128,7 @@ func (g *samplerGrain) activate() error {
 }
 
 // reminder is the key of the sampler's idle reminder.
-func (g *samplerGrain) reminder() string { return samplerKind + "/" + g.id }
+func (g *samplerGrain) reminder() string { return samplerKind + "/" + g.ID }
 
 // write commits fn's changes to a copy of the sampler record, fenced by the
 // activation's epoch, and makes the copy the grain's once durable.
@@ -141,7 +141,7 @@ func (g *samplerGrain) write(fn func(tx persistence.Tx, r *persistence.Sampler) 
 		}
 		r.UpdatedAt = g.sys.now()
 		next = &r
-		return r.NextSeqID, tx.Put(persistence.Samplers, []byte(g.id), &r)
+		return r.NextSeqID, tx.Put(persistence.Samplers, []byte(g.ID), &r)
 	})
 	if err == nil {
 		g.rec = next
@@ -157,13 +157,13 @@ func (g *samplerGrain) nextSeq() int64            { return g.rec.NextSeqID }
 
 func (g *samplerGrain) takes() error {
 	if g.rec.Status == SamplerRetired {
-		return refuse(CodeSamplerNotServing, "sampler %s is retired", g.id)
+		return refuse(CodeSamplerNotServing, "sampler %s is retired", g.ID)
 	}
 	return nil
 }
 
 func (g *samplerGrain) depth() int {
-	_, n, _ := g.load()
+	_, n, _ := g.Load()
 	return n
 }
 
@@ -219,8 +219,8 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 // (sampler.exec_started).
 func (g *samplerGrain) run(op *persistence.Operation) {
 	g.executing = op.SeqID
-	g.sys.sample(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
-		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.id})
+	g.sys.sample(&samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.ID})
 }
 
 // weightsUpdate tells a sampler of its run's new latest weight version.
@@ -265,7 +265,7 @@ func (g *samplerGrain) failUnreachable() {
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.id, "err", err)
+		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.ID, "err", err)
 		return
 	}
 	g.queue = left
@@ -284,7 +284,7 @@ func required(op *persistence.Operation) *int64 {
 // behind (or when released), unparks what the synced version satisfies,
 // and starts the next run-scoped sample or, in seq order, operation.
 func (g *samplerGrain) kick() {
-	if g.err != nil || g.rec.Status == SamplerRetired || g.syncing != 0 {
+	if g.Err != nil || g.rec.Status == SamplerRetired || g.syncing != 0 {
 		return
 	}
 	if g.latest > 0 && g.latest > g.failedAt &&
@@ -317,7 +317,7 @@ func (g *samplerGrain) kick() {
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("start sampler operation", "sampler", g.id, "seq", seq, "err", err)
+		g.sys.log.Error("start sampler operation", "sampler", g.ID, "seq", seq, "err", err)
 		return
 	}
 	if req := required(op); op.Status != OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
@@ -340,11 +340,11 @@ func (g *samplerGrain) sync(version int64) {
 		return nil // provisioning or syncing already (an activation after a crash)
 	})
 	if err != nil {
-		g.sys.log.Error("sampler sync", "sampler", g.id, "err", err)
+		g.sys.log.Error("sampler sync", "sampler", g.ID, "err", err)
 		return
 	}
 	g.syncing = version
-	g.sys.sample(&samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
+	g.sys.sample(&samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
 }
 
 func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
@@ -385,7 +385,7 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 // version stays parked).
 func (g *samplerGrain) syncFailed(s *synced) error {
 	g.failedAt = s.Version
-	g.sys.log.Error("sampler sync failed", "sampler", g.id, "version", s.Version, "code", s.Code, "message", s.Message)
+	g.sys.log.Error("sampler sync failed", "sampler", g.ID, "version", s.Version, "code", s.Code, "message", s.Message)
 	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
 	var left []int64
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) (err error) {
@@ -486,7 +486,7 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
 			return struct{}{}, nil // sent again (see notify)
 		}
 	}
-	g.forRun = append(g.forRun, &samplingJob{SamplerID: g.id, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
+	g.forRun = append(g.forRun, &samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
 		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ReplyKind: runKind, ReplyID: g.rec.RunID})
 	g.kick()
 	return struct{}{}, nil
@@ -513,7 +513,7 @@ func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 		return move(SamplerMoves, &r.Status, SamplerAbsent)
 	})
 	if err == nil {
-		g.sys.samplingRelease(g.id)
+		g.sys.samplingRelease(g.ID)
 	}
 	return struct{}{}, err
 }
@@ -572,7 +572,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if *seq == g.executing {
-		g.sys.samplingCancel(samplingRef{samplerKind, g.id, *seq})
+		g.sys.samplingCancel(samplingRef{samplerKind, g.ID, *seq})
 	}
 	var op *persistence.Operation
 	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
@@ -618,8 +618,8 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	}
 	g.queue, g.forRun = nil, nil
 	if g.executing != 0 {
-		g.sys.samplingCancel(samplingRef{samplerKind, g.id, g.executing})
+		g.sys.samplingCancel(samplingRef{samplerKind, g.ID, g.executing})
 	}
-	g.sys.samplingRelease(g.id)
+	g.sys.samplingRelease(g.ID)
 	return struct{}{}, nil
 }

@@ -200,17 +200,17 @@ type sessionGrain struct {
 }
 
 func (g *sessionGrain) Receive(ctx actor.Context) {
-	if g.methods == nil {
-		g.methods = map[string]grain.Handler{
+	if g.Methods == nil {
+		g.Methods = map[string]grain.Handler{
 			sessionCreateRun:        g.createRun,
 			sessionHeartbeat:        g.heartbeat,
 			sessionClose:            g.close,
 			sessionKind + remindMsg: g.remind,
 			sessionRunEnded:         g.runEnded,
 		}
-		g.idle = func() bool { return !g.closing }
+		g.Idle = func() bool { return !g.closing }
 	}
-	g.receive(ctx, g.activate, nil)
+	g.Handle(ctx, g.activate, nil)
 }
 
 // activate takes the session's lease: it bumps the lease's epoch, and every
@@ -219,13 +219,13 @@ func (g *sessionGrain) Receive(ctx actor.Context) {
 func (g *sessionGrain) activate() error {
 	return g.sys.store.Update(func(tx persistence.Tx) error {
 		var ss persistence.Session
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok {
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil || !ok {
 			if err == nil {
-				err = notFound("session", g.id)
+				err = notFound("session", g.ID)
 			}
 			return err
 		}
-		l, err := getLease(tx, g.id)
+		l, err := getLease(tx, g.ID)
 		if err != nil {
 			return err
 		}
@@ -243,12 +243,12 @@ func (g *sessionGrain) activate() error {
 					return err
 				}
 				g.closing, ss.UpdatedAt = false, g.sys.now()
-				if err := tx.Put(persistence.Sessions, []byte(g.id), &ss); err != nil {
+				if err := tx.Put(persistence.Sessions, []byte(g.ID), &ss); err != nil {
 					return err
 				}
 			}
 		}
-		return tx.Put(persistence.Leases, []byte(g.id), l)
+		return tx.Put(persistence.Leases, []byte(g.ID), l)
 	})
 }
 
@@ -259,13 +259,13 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 	var ended bool
 	err := g.sys.store.Update(func(tx persistence.Tx) error {
 		ss := persistence.Session{}
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
+		if ok, err := tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
 			if err == nil {
-				err = notFound("session", g.id)
+				err = notFound("session", g.ID)
 			}
 			return err
 		}
-		l, err := getLease(tx, g.id)
+		l, err := getLease(tx, g.ID)
 		if err != nil {
 			return err
 		}
@@ -282,10 +282,10 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 		ss.UpdatedAt = g.sys.now()
 		out = sessionView(&ss, l)
 		ended = Terminal(SessionMoves, ss.Status) && !Terminal(SessionMoves, was)
-		if err := tx.Put(persistence.Leases, []byte(g.id), l); err != nil {
+		if err := tx.Put(persistence.Leases, []byte(g.ID), l); err != nil {
 			return err
 		}
-		return tx.Put(persistence.Sessions, []byte(g.id), &ss)
+		return tx.Put(persistence.Sessions, []byte(g.ID), &ss)
 	})
 	if err != nil {
 		return nil, err
@@ -295,7 +295,7 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 	}
 	g.closing = out.Status == SessionClosing
 	if out.Status != SessionReady {
-		g.sys.reminders.Cancel(sessionReminder(g.id))
+		g.sys.reminders.Cancel(sessionReminder(g.ID))
 	}
 	return out, nil
 }
@@ -449,10 +449,10 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 	var ss persistence.Session
 	var l *lease.Lease
 	if err := g.sys.store.View(func(tx persistence.Tx) (err error) {
-		if _, err = tx.Get(persistence.Sessions, []byte(g.id), &ss); err != nil {
+		if _, err = tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil {
 			return err
 		}
-		l, err = getLease(tx, g.id)
+		l, err = getLease(tx, g.ID)
 		return err
 	}); err != nil {
 		return nil, err
@@ -461,7 +461,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 	case ss.Status != SessionReady || l.Revoked:
 		return struct{}{}, nil
 	case !g.sys.now().After(l.ExpiresAt):
-		g.sys.reminders.At(sessionReminder(g.id), l.ExpiresAt)
+		g.sys.reminders.At(sessionReminder(g.ID), l.ExpiresAt)
 		return struct{}{}, nil
 	}
 	if ss.RunID != "" {
@@ -475,7 +475,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 				return nil
 			})
 			if err == nil {
-				g.sys.reminders.At(sessionReminder(g.id), out.LeaseExpiresAt)
+				g.sys.reminders.At(sessionReminder(g.ID), out.LeaseExpiresAt)
 			}
 			return out, err
 		}

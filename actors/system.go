@@ -103,6 +103,7 @@ type System struct {
 	// session's lease expiry, a sampler's idle release.
 	reminders *reminder.Set
 	router    *grain.Router
+	runtime   *grain.Runtime // what the grains share
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every
@@ -162,6 +163,7 @@ func Start(cfg Config) (*System, error) {
 		vault: vault, exportWake: make(chan struct{}, 1), adm: adm, mem: mem}
 	s.reminders = reminder.New(s.now, s.remind)
 	s.router = &grain.Router{Log: cfg.Log, Timeout: requestTimeout, Wire: cfg.Wire, Stop: s.stop}
+	s.runtime = &grain.Runtime{Router: s.router, Log: cfg.Log, Idle: cfg.GrainIdle, Account: adm.set}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
@@ -173,9 +175,9 @@ func Start(cfg Config) (*System, error) {
 	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	s.router.Actors = s.actors
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: requestTimeout},
-		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{base: base{sys: s}} })),
-		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{base: base{sys: s}}} })),
-		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{base: base{sys: s}}} })))
+		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{base: base{Base: grain.Base{RT: s.runtime}, sys: s}} })),
+		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{base: base{Base: grain.Base{RT: s.runtime}, sys: s}}} })),
+		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{base: base{Base: grain.Base{RT: s.runtime}, sys: s}}} })))
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -1,0 +1,130 @@
+package grain
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+)
+
+// Runtime is what a node's grains share.
+type Runtime struct {
+	Router *Router
+	Log    *slog.Logger
+	// Idle is how long a grain with nothing in flight stays in memory after
+	// its last message before it passivates.
+	Idle time.Duration
+	// Account is told each grain's queued work after every message it
+	// handles (admission control's per-organization and node totals).
+	Account func(id, org string, ops int, bytes int64)
+}
+
+// Base is what every grain embeds: its identity, its activation's failure
+// and its handler table. Handle drives its life: activation, calls, a
+// panic's recovery, passivation.
+type Base struct {
+	RT      *Runtime
+	ID      string
+	Err     error              // activation failure, answered to every call
+	Methods map[string]Handler // by method name
+	// Load, when set, is the grain's queued work, reported to Account after
+	// every message it handles.
+	Load func() (org string, ops int, bytes int64)
+	// Idle, when set, says whether the grain holds nothing that is not in
+	// the store and awaits no report, so that it may passivate; unset, it
+	// always may.
+	Idle func() bool
+
+	// last is when the grain last handled a message; idleTimer checks,
+	// Runtime.Idle after it, whether the grain may passivate (protoactor's
+	// ReceiveTimeout races with the mailbox: protoactor-go#1139).
+	last      time.Time
+	idleTimer *time.Timer
+}
+
+// idleCheck is the grain's own message that its idle timer fired.
+type idleCheck struct{}
+
+// Handle is a grain's Receive: on activation it recovers (activate) and
+// moves on (resume, if any); a call goes to its method's handler, or is
+// answered with the activation's failure. An activation that failed
+// answers the calls already waiting, then leaves: the next call tries
+// again. A handler that panics fails its call, and the grain starts over
+// from its durable state.
+func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
+	switch m := ctx.Message().(type) {
+	case *pcluster.ClusterInit:
+		b.ID = m.Identity.Identity
+		if b.Err = activate(); b.Err == nil && resume != nil {
+			resume()
+		}
+		b.account()
+		if b.Err != nil {
+			ctx.Poison(ctx.Self())
+			return
+		}
+		b.last = time.Now()
+		b.passivateIfIdle(ctx)
+	case idleCheck:
+		b.passivateIfIdle(ctx)
+	case *actor.Stopped:
+		if b.idleTimer != nil {
+			b.idleTimer.Stop()
+		}
+	default:
+		b.last = time.Now()
+		defer b.account()
+		if l, ok := m.(*Local); ok && l.Counted {
+			defer b.RT.Router.Handled()
+		}
+		method, in, isLocal, ok := Request(m)
+		if !ok {
+			return
+		}
+		h := b.Methods[method]
+		switch {
+		case b.Err != nil:
+			h = func(actor.Context, In) (any, error) { return nil, b.Err }
+		case h == nil:
+			h = func(actor.Context, In) (any, error) { return nil, fmt.Errorf("unknown method %q", method) }
+		}
+		Answer(ctx, b.RT.Log, method, in, isLocal, func(ctx actor.Context, in In) (resp any, err error) {
+			err = Guard(b.RT.Log, "grain "+method, func() (err error) {
+				resp, err = h(ctx, in)
+				return err
+			})
+			if errors.Is(err, ErrPanic) {
+				// What the grain holds in memory may be half-changed: it
+				// starts over from its durable state, as after a restart.
+				if b.Err = activate(); b.Err == nil && resume != nil {
+					resume()
+				}
+			}
+			return resp, err
+		})
+	}
+}
+
+// passivateIfIdle passivates a grain that has had no message for
+// Runtime.Idle and holds nothing in flight; otherwise it checks again when
+// it next could be.
+func (b *Base) passivateIfIdle(ctx actor.Context) {
+	wait := b.RT.Idle - time.Since(b.last)
+	if wait <= 0 && (b.Idle == nil || b.Idle()) {
+		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	b.idleTimer = time.AfterFunc(max(wait, b.RT.Idle), func() { root.Send(self, idleCheck{}) })
+}
+
+// account reports the grain's queued work.
+func (b *Base) account() {
+	if b.Load != nil && b.Err == nil && b.ID != "" { // activated (Started comes before ClusterInit)
+		org, ops, bytes := b.Load()
+		b.RT.Account(b.ID, org, ops, bytes)
+	}
+}
