@@ -46,11 +46,19 @@ type CredentialReply struct {
 	ID string `json:"id"`
 }
 
-// ServeAdmin answers POST /admin/keys and POST /admin/credentials on ln
-// until it is closed.
+// NodeReply describes the node: its devices and their capacity.
+type NodeReply struct {
+	Devices []actors.Device `json:"devices"`
+}
+
+// ServeAdmin answers POST /admin/keys, POST /admin/credentials and GET
+// /admin/node on ln until it is closed.
 func ServeAdmin(sys *actors.System, ln net.Listener) error {
 	srv := &fasthttp.Server{Name: "wts-admin", ReadTimeout: 10 * time.Second, Handler: func(ctx *fasthttp.RequestCtx) {
 		switch path := string(ctx.Path()); {
+		case ctx.IsGet() && path == "/admin/node":
+			write(ctx, fasthttp.StatusOK, NodeReply{Devices: sys.Devices()})
+			return
 		case !ctx.IsPost():
 		case path == "/admin/keys":
 			var req KeyRequest
@@ -79,27 +87,31 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 			write(ctx, fasthttp.StatusCreated, CredentialReply{ID: c.ID})
 			return
 		}
-		fail(ctx, actors.CodeNotFound, "the admin socket serves POST /admin/keys and POST /admin/credentials")
+		fail(ctx, actors.CodeNotFound, "the admin socket serves POST /admin/keys, POST /admin/credentials and GET /admin/node")
 	}}
 	return srv.Serve(ln)
 }
 
-// AdminCall posts req to path on a running node's admin socket and decodes
-// the answer into out.
+// AdminCall posts req to path on a running node's admin socket (a nil req
+// gets path instead) and decodes the answer into out.
 func AdminCall(socket, path string, req, out any) error {
 	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return net.Dial("unix", socket) }}
-	body, _ := json.Marshal(req)
 	r, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)
 	defer fasthttp.ReleaseResponse(resp)
 	r.SetRequestURI("http://admin" + path)
-	r.Header.SetMethod("POST")
-	r.Header.SetContentType(mimeJSON)
-	r.SetBody(body)
+	want := fasthttp.StatusOK
+	if req != nil {
+		body, _ := json.Marshal(req)
+		r.Header.SetMethod("POST")
+		r.Header.SetContentType(mimeJSON)
+		r.SetBody(body)
+		want = fasthttp.StatusCreated
+	}
 	if err := c.DoTimeout(r, resp, 10*time.Second); err != nil {
 		return err
 	}
-	if resp.StatusCode() != fasthttp.StatusCreated || json.Unmarshal(resp.Body(), out) != nil {
+	if resp.StatusCode() != want || json.Unmarshal(resp.Body(), out) != nil {
 		return &actors.Error{Code: actors.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
 	}
 	return nil

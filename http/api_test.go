@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	httpapi "github.com/wts-project/wts/http"
 )
 
 const v1 = "/v1/training"
@@ -156,6 +158,13 @@ func TestTenancy(t *testing.T) {
 		t.Fatalf("keys create on a running node: %v", err)
 	}
 	n.want(n.do("POST", v1+"/sessions", strings.TrimSpace(string(out)), map[string]any{"request_id": "late"}), 201, "")
+	// The node declares its device's capacity on the same socket.
+	out, err = exec.Command(binary, "node", "--data", n.data).Output()
+	var node httpapi.NodeReply
+	if err != nil || json.Unmarshal(out, &node) != nil || len(node.Devices) != 1 || node.Devices[0].Threads < 1 ||
+		node.Devices[0].MemoryBytes <= 0 || node.Devices[0].FreeBytes > node.Devices[0].MemoryBytes {
+		t.Fatalf("wts node: %v %s", err, out)
+	}
 
 	sid, rid := n.session(n.keys["acme"], "mine")
 	opID := n.do("POST", v1+"/runs/"+rid+"/operations", n.keys["acme"], op(1, "a", "forward", batch(1, 4, 1))).str("id")

@@ -6,6 +6,7 @@
 //	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
 //	wts keys create --org NAME [--live] [--data DIR]
 //	wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token
+//	wts node [--data DIR]
 //	wts openapi
 package main
 
@@ -27,7 +28,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <serve|keys|credentials|model|sample|openapi> ...")
+		return fmt.Errorf("usage: wts <serve|keys|credentials|node|model|sample|openapi> ...")
 	}
 	switch args[0] {
 	case "model":
@@ -40,10 +41,12 @@ func run(args []string) error {
 		return keysCmd(args[1:])
 	case "credentials":
 		return credentialsCmd(args[1:])
+	case "node":
+		return nodeCmd(args[1:])
 	case "openapi":
 		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
 		return err
 	default:
-		return fmt.Errorf("unknown command %q (want serve, keys, credentials, model, sample or openapi)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, credentials, node, model, sample or openapi)", args[0])
 	}
 }

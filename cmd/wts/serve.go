@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -315,4 +316,24 @@ func credentialsCmd(args []string) error {
 // the node and for registering credentials on a stopped one.
 func credentialsKeyFlag(fs *flag.FlagSet) *string {
 	return fs.String("credentials-key", "", "file of the 32-byte key that seals hub credentials (AES-256-GCM; default: DATA/secrets/credentials.key, made on first start)")
+}
+
+// nodeCmd prints a running node's devices and their capacity, as its admin
+// socket reports them.
+func nodeCmd(args []string) error {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	data := fs.String("data", "./data", "data folder of the running node")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var reply httpapi.NodeReply
+	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/node", nil, &reply); err != nil {
+		return fmt.Errorf("node: no node answers on %s: %w", filepath.Join(*data, httpapi.AdminSocket), err)
+	}
+	out, err := json.MarshalIndent(reply, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(out))
+	return nil
 }

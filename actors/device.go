@@ -1,0 +1,45 @@
+package actors
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/wts-project/wts/kernels/par"
+)
+
+// Device is what a node's executor pair (a trainer's and a sampling
+// executor) owns and declares: today the CPU, its engine threads and the
+// node's memory budget for trainers, adapters and KV caches. Placement
+// reads it (the cluster's membership will carry it), and so do operators
+// (the admin socket's GET /admin/node).
+type Device struct {
+	ID          string `json:"id"`           // "cpu0"
+	Kind        string `json:"kind"`         // "cpu"
+	Name        string `json:"name"`         // the processor's model
+	Threads     int    `json:"threads"`      // the engine's threads
+	MemoryBytes int64  `json:"memory_bytes"` // the budget the executors share
+	FreeBytes   int64  `json:"free_bytes"`   // what of it is not taken
+}
+
+// Devices are the node's devices and what each has free now.
+func (s *System) Devices() []Device {
+	return []Device{{ID: "cpu0", Kind: "cpu", Name: cpuName(), Threads: par.Workers(),
+		MemoryBytes: s.mem.limit, FreeBytes: max(0, s.mem.limit-s.mem.inUse())}}
+}
+
+// cpuName is the processor's model, as the OS names it.
+var cpuName = sync.OnceValue(func() string {
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		lines := bufio.NewScanner(f)
+		for lines.Scan() {
+			if k, v, ok := strings.Cut(lines.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return runtime.GOARCH
+})
