@@ -62,114 +62,97 @@ const (
 	samplingTrim    = "samp.trim"
 )
 
-// runRef is the client of run grain id.
-type runRef struct {
-	r  *grain.Router
-	id string
+// ref is a typed client's grain: its kind and id, and the router that
+// reaches it.
+type ref struct {
+	r        *grain.Router
+	kind, id string
 }
 
-func (s *System) run(id string) runRef { return runRef{s.router, id} }
+func (c ref) call(method string, req any) error { return c.r.Call(c.kind, c.id, method, req, nil) }
+func (c ref) report(method string, v any)       { c.r.Report(c.kind, c.id, method, v) }
+func (c ref) tell(method string, v any)         { c.r.Tell(c.kind, c.id, method, v) }
+func (c ref) notify(method string, v any)       { c.r.Notify(c.kind, c.id, method, v) }
+
+// ask is a call whose reply is a T.
+func ask[T any](c ref, method string, req any) (*T, error) {
+	return grain.Ask[T](c.r, c.kind, c.id, method, req)
+}
+
+// runRef is the client of a run grain.
+type runRef struct{ ref }
+
+func (s *System) run(id string) runRef { return runRef{ref{s.router, runKind, id}} }
 
 func (c runRef) submit(sub Submission) (*Accepted, error) {
-	var out Accepted
-	return &out, c.r.Call(runKind, c.id, runSubmit, sub, &out)
+	return ask[Accepted](c.ref, runSubmit, sub)
 }
-
-func (c runRef) finish(ctl Control) (*Accepted, error) {
-	var out Accepted
-	return &out, c.r.Call(runKind, c.id, runFinish, ctl, &out)
-}
-
-func (c runRef) cancel(ctl Control) (*Accepted, error) {
-	var out Accepted
-	return &out, c.r.Call(runKind, c.id, runCancel, ctl, &out)
-}
-
+func (c runRef) finish(ctl Control) (*Accepted, error) { return ask[Accepted](c.ref, runFinish, ctl) }
+func (c runRef) cancel(ctl Control) (*Accepted, error) { return ask[Accepted](c.ref, runCancel, ctl) }
 func (c runRef) retire(ctl Control) (*RetireReply, error) {
-	var out RetireReply
-	return &out, c.r.Call(runKind, c.id, runRetire, ctl, &out)
+	return ask[RetireReply](c.ref, runRetire, ctl)
 }
 
 // end is the session ending its run.
-func (c runRef) end(e runEnd) error { return c.r.Call(runKind, c.id, runEndMsg, e, nil) }
+func (c runRef) end(e runEnd) error { return c.call(runEndMsg, e) }
 
 // wake activates the run, which recovers and resumes its queue.
-func (c runRef) wake() error { return c.r.Call(runKind, c.id, runWake, struct{}{}, nil) }
+func (c runRef) wake() error { return c.call(runWake, struct{}{}) }
 
 // busy says whether the run has work queued or executing.
 func (c runRef) busy() (bool, error) {
-	var busy bool
-	return busy, c.r.Call(runKind, c.id, runBusy, struct{}{}, &busy)
+	busy, err := ask[bool](c.ref, runBusy, struct{}{})
+	return *busy, err
 }
 
 // The executors' reports to the run (counted until handled; see
 // grain.Router.Report) and their notes (plain tells).
-func (c runRef) execStarted(st started)        { c.r.Report(runKind, c.id, runExecStarted, st) }
-func (c runRef) execDone(d *done)              { c.r.Report(runKind, c.id, runExecDone, d) }
-func (c runRef) execProgress(p progressUpdate) { c.r.Tell(runKind, c.id, runExecProgress, p) }
-func (c runRef) snapshotted(sn snapshotted)    { c.r.Tell(runKind, c.id, runSnapshotted, sn) }
+func (c runRef) execStarted(st started)        { c.report(runExecStarted, st) }
+func (c runRef) execDone(d *done)              { c.report(runExecDone, d) }
+func (c runRef) execProgress(p progressUpdate) { c.tell(runExecProgress, p) }
+func (c runRef) snapshotted(sn snapshotted)    { c.tell(runSnapshotted, sn) }
 
-// sessionRef is the client of session grain id.
-type sessionRef struct {
-	r  *grain.Router
-	id string
-}
+// sessionRef is the client of a session grain.
+type sessionRef struct{ ref }
 
-func (s *System) session(id string) sessionRef { return sessionRef{s.router, id} }
+func (s *System) session(id string) sessionRef { return sessionRef{ref{s.router, sessionKind, id}} }
 
 func (c sessionRef) createRun(req NewRun) (*RunReply, error) {
-	var out RunReply
-	return &out, c.r.Call(sessionKind, c.id, sessionCreateRun, req, &out)
+	return ask[RunReply](c.ref, sessionCreateRun, req)
 }
-
 func (c sessionRef) heartbeat(t persistence.Tenant) (*Session, error) {
-	var out Session
-	return &out, c.r.Call(sessionKind, c.id, sessionHeartbeat, t, &out)
+	return ask[Session](c.ref, sessionHeartbeat, t)
 }
-
 func (c sessionRef) close(t persistence.Tenant) (*Session, error) {
-	var out Session
-	return &out, c.r.Call(sessionKind, c.id, sessionClose, t, &out)
+	return ask[Session](c.ref, sessionClose, t)
 }
 
 // runEnded tells the session its run ended (a notice: it may be passivating).
-func (c sessionRef) runEnded() { c.r.Notify(sessionKind, c.id, sessionRunEnded, struct{}{}) }
+func (c sessionRef) runEnded() { c.notify(sessionRunEnded, struct{}{}) }
 
-// samplerRef is the client of sampler grain id.
-type samplerRef struct {
-	r  *grain.Router
-	id string
-}
+// samplerRef is the client of a sampler grain.
+type samplerRef struct{ ref }
 
-func (s *System) sampler(id string) samplerRef { return samplerRef{s.router, id} }
+func (s *System) sampler(id string) samplerRef { return samplerRef{ref{s.router, samplerKind, id}} }
 
 func (c samplerRef) submit(sub Submission) (*Accepted, error) {
-	var out Accepted
-	return &out, c.r.Call(samplerKind, c.id, samplerSubmit, sub, &out)
+	return ask[Accepted](c.ref, samplerSubmit, sub)
 }
-
 func (c samplerRef) cancelOp(seq int64) (*persistence.Operation, error) {
-	var out persistence.Operation
-	return &out, c.r.Call(samplerKind, c.id, samplerCancelOp, seq, &out)
+	return ask[persistence.Operation](c.ref, samplerCancelOp, seq)
 }
-
-func (c samplerRef) retire() error {
-	return c.r.Call(samplerKind, c.id, samplerRetire, struct{}{}, nil)
-}
-
-func (c samplerRef) wake() error { return c.r.Call(samplerKind, c.id, samplerWake, struct{}{}, nil) }
+func (c samplerRef) retire() error { return c.call(samplerRetire, struct{}{}) }
+func (c samplerRef) wake() error   { return c.call(samplerWake, struct{}{}) }
 
 // The run's notices to its sampler, which may be passivating.
-func (c samplerRef) weights(u weightsUpdate)  { c.r.Notify(samplerKind, c.id, samplerWeights, u) }
-func (c samplerRef) runEnded(u weightsUpdate) { c.r.Notify(samplerKind, c.id, samplerRunEnded, u) }
-func (c samplerRef) sampleForRun(rs runSample) {
-	c.r.Notify(samplerKind, c.id, samplerSampleForRun, rs)
-}
+func (c samplerRef) weights(u weightsUpdate)   { c.notify(samplerWeights, u) }
+func (c samplerRef) runEnded(u weightsUpdate)  { c.notify(samplerRunEnded, u) }
+func (c samplerRef) sampleForRun(rs runSample) { c.notify(samplerSampleForRun, rs) }
 
 // The sampling executor's reports to the sampler.
-func (c samplerRef) execStarted(st started) { c.r.Report(samplerKind, c.id, samplerExecStarted, st) }
-func (c samplerRef) execDone(d *done)       { c.r.Report(samplerKind, c.id, samplerExecDone, d) }
-func (c samplerRef) synced(s synced)        { c.r.Report(samplerKind, c.id, samplerSynced, s) }
+func (c samplerRef) execStarted(st started) { c.report(samplerExecStarted, st) }
+func (c samplerRef) execDone(d *done)       { c.report(samplerExecDone, d) }
+func (c samplerRef) synced(s synced)        { c.report(samplerSynced, s) }
 
 // The trainer's executor's commands.
 func (s *System) execJob(j *job)        { s.router.Send(s.executor, execJob, j) }

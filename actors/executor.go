@@ -642,21 +642,22 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, ki
 // forward and forwardBackward run a whole batch at once (on replay; a job
 // runs its batch a micro-batch per slice, see step).
 func (e *executor) forward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
-	b := p.(*payload.Batch)
-	out, err := ts.tr.Forward(ctx, b.Datums(), b.LossFn, b.LossFnConfig)
-	if err != nil {
-		return nil, err
-	}
-	return batchApplied(payload.Forward, out), nil
+	return wholeBatch(ctx, payload.Forward, ts.tr.Forward, p)
 }
 
 func (e *executor) forwardBackward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+	return wholeBatch(ctx, payload.ForwardBackward, ts.tr.ForwardBackward, p)
+}
+
+// wholeBatch runs a batch through run (the trainer's Forward or
+// ForwardBackward).
+func wholeBatch(ctx context.Context, kind string, run func(context.Context, []train.Datum, string, map[string]float64) (*train.Output, error), p payload.Parsed) (*applied, error) {
 	b := p.(*payload.Batch)
-	out, err := ts.tr.ForwardBackward(ctx, b.Datums(), b.LossFn, b.LossFnConfig)
+	out, err := run(ctx, b.Datums(), b.LossFn, b.LossFnConfig)
 	if err != nil {
 		return nil, err
 	}
-	return batchApplied(payload.ForwardBackward, out), nil
+	return batchApplied(kind, out), nil
 }
 
 // optimStep steps AdamW on the run's adapter.

@@ -175,9 +175,9 @@ func Start(cfg Config) (*System, error) {
 	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	s.router.Actors = s.actors
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: requestTimeout},
-		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{base: base{Base: grain.Base{RT: s.runtime}, sys: s}} })),
-		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{base: base{Base: grain.Base{RT: s.runtime}, sys: s}}} })),
-		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{base: base{Base: grain.Base{RT: s.runtime}, sys: s}}} })))
+		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{base: s.base()} })),
+		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{base: s.base()}} })),
+		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{base: s.base()}} })))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -195,6 +195,9 @@ func Start(cfg Config) (*System, error) {
 	go s.exporter()
 	return s, nil
 }
+
+// base is a new grain's base on this node.
+func (s *System) base() base { return base{Base: grain.Base{RT: s.runtime}, sys: s} }
 
 // requestTimeout bounds one grain call.
 const requestTimeout = 60 * time.Second

@@ -83,6 +83,12 @@ func (r *Router) Call(kind, id, method string, req, resp any) error {
 	return nil
 }
 
+// Ask is Call with a reply of type T.
+func Ask[T any](r *Router, kind, id, method string, req any) (*T, error) {
+	var out T
+	return &out, r.Call(kind, id, method, req, &out)
+}
+
 // localPID is the grain kind/id's activation when the cluster has it on
 // this node, nil when it is elsewhere or not yet looked up.
 func (r *Router) localPID(kind, id string) *actor.PID {

@@ -249,79 +249,75 @@ func ParseBatch(raw []byte) (Parsed, error) {
 	return &b, b.check()
 }
 
-// ParseStep parses optim_step's payload.
-func ParseStep(raw []byte) (Parsed, error) {
-	var s Step
-	if err := Strict(orEmpty(raw), &s, "payload"); err != nil {
+// parseAs strictly decodes raw (or {}) into a new T, then applies check
+// (nil: none).
+func parseAs[T any](raw []byte, check func(*T) error) (Parsed, error) {
+	v := new(T)
+	if err := Strict(orEmpty(raw), v, "payload"); err != nil {
 		return nil, err
 	}
-	if err := s.Params().Validate(); err != nil {
-		return nil, &Invalid{"payload.adam_params", err.Error()}
+	if check != nil {
+		if err := check(v); err != nil {
+			return nil, err
+		}
 	}
-	return &s, nil
+	return v, nil
+}
+
+// ParseStep parses optim_step's payload.
+func ParseStep(raw []byte) (Parsed, error) {
+	return parseAs(raw, func(s *Step) error {
+		if err := s.Params().Validate(); err != nil {
+			return &Invalid{"payload.adam_params", err.Error()}
+		}
+		return nil
+	})
 }
 
 // ParseSave parses save_state's payload.
 func ParseSave(raw []byte) (Parsed, error) {
-	var v Save
-	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
-		return nil, err
-	}
-	if len(v.Name) > MaxName {
-		return nil, &Invalid{"payload.name", fmt.Sprintf("must be at most %d characters", MaxName)}
-	}
-	return &v, nil
+	return parseAs(raw, func(v *Save) error {
+		if len(v.Name) > MaxName {
+			return &Invalid{"payload.name", fmt.Sprintf("must be at most %d characters", MaxName)}
+		}
+		return nil
+	})
 }
 
 // ParseLoad parses load_state's payload.
 func ParseLoad(raw []byte) (Parsed, error) {
-	var v Load
-	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
-		return nil, err
-	}
-	if !IsID(CheckpointPrefix, v.CheckpointID) {
-		return nil, &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
-	}
-	return &v, nil
+	return parseAs(raw, func(v *Load) error {
+		if !IsID(CheckpointPrefix, v.CheckpointID) {
+			return &Invalid{"payload.checkpoint_id", "is required and must match ^wtc_[0-9a-f]{32}$"}
+		}
+		return nil
+	})
 }
 
 // ParseSample parses sample's payload.
-func ParseSample(raw []byte) (Parsed, error) {
-	var v SamplePayload
-	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
-		return nil, err
-	}
-	return &v, v.check()
-}
+func ParseSample(raw []byte) (Parsed, error) { return parseAs(raw, (*SamplePayload).check) }
 
 // ParseLogprobs parses logprobs' payload.
 func ParseLogprobs(raw []byte) (Parsed, error) {
-	var v LogprobsPayload
-	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
-		return nil, err
-	}
-	if err := v.Input.Check("payload.input"); err != nil {
-		return nil, err
-	}
-	return &v, checkVersion(v.RequiredWeightVersion)
+	return parseAs(raw, func(v *LogprobsPayload) error {
+		if err := v.Input.Check("payload.input"); err != nil {
+			return err
+		}
+		return checkVersion(v.RequiredWeightVersion)
+	})
 }
 
 // ParseSaveWeights parses save_weights_for_sampler's (empty) payload.
-func ParseSaveWeights(raw []byte) (Parsed, error) {
-	var v SaveWeights
-	return &v, Strict(orEmpty(raw), &v, "payload")
-}
+func ParseSaveWeights(raw []byte) (Parsed, error) { return parseAs[SaveWeights](raw, nil) }
 
 // ParseExport parses export_lora's payload.
 func ParseExport(raw []byte) (Parsed, error) {
-	var v Export
-	if err := Strict(orEmpty(raw), &v, "payload"); err != nil {
-		return nil, err
-	}
-	if v.CheckpointID != "" && !IsID(CheckpointPrefix, v.CheckpointID) {
-		return nil, &Invalid{"payload.checkpoint_id", "must match ^wtc_[0-9a-f]{32}$"}
-	}
-	return &v, nil
+	return parseAs(raw, func(v *Export) error {
+		if v.CheckpointID != "" && !IsID(CheckpointPrefix, v.CheckpointID) {
+			return &Invalid{"payload.checkpoint_id", "must match ^wtc_[0-9a-f]{32}$"}
+		}
+		return nil
+	})
 }
 
 func (b *Batch) check() error {
