@@ -43,6 +43,13 @@ type samplerGrain struct {
 	forRun    []*samplingJob // run-scoped samples waiting for their weight version
 	failedAt  int64          // the version whose sync failed: not retried until a newer one
 	priceList *priceList     // the session's billing snapshot, read once
+	// waits holds, by seq_id, the weight version each queued operation
+	// requires (nil: none), and parsed the parsed payloads of those near
+	// the head (as a run's grain keeps them), so that a payload is parsed
+	// once, when it is admitted; an entry leaves with its operation (one
+	// recovered after a restart is parsed again once).
+	waits  map[int64]*int64
+	parsed map[int64]payload.Parsed
 }
 
 func (g *samplerGrain) Receive(ctx actor.Context) {
@@ -96,7 +103,7 @@ func (g *samplerGrain) activate() error {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
-		g.queue, g.executing = g.queue[:0], 0
+		g.queue, g.executing, g.waits, g.parsed = g.queue[:0], 0, map[int64]*int64{}, map[int64]payload.Parsed{}
 		now := g.sys.now()
 		err := scanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
 			switch op.Status {
@@ -208,6 +215,10 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 	}
 	g.sys.cfg.Metrics.Accepted(sub.Kind)
 	if op.Status == OpPending || op.Status == OpParked {
+		g.waits[op.SeqID] = required
+		if len(g.queue) < parsedKeep {
+			g.parsed[op.SeqID] = parsed
+		}
 		g.queue = append(g.queue, op.SeqID)
 		g.kick()
 	}
@@ -215,12 +226,12 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 }
 
 // run hands a sampler operation to the sampling executor, at the sampler's
-// synced weights; it is pending until the executor starts it
-// (sampler.exec_started).
-func (g *samplerGrain) run(op *persistence.Operation) {
+// synced weights, with its payload parsed if the grain has it; it is
+// pending until the executor starts it (sampler.exec_started).
+func (g *samplerGrain) run(op *persistence.Operation, p payload.Parsed) {
 	g.executing = op.SeqID
 	g.sys.sample(&samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
-		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.ID})
+		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.ID, parsed: p})
 }
 
 // weightsUpdate tells a sampler of its run's new latest weight version.
@@ -256,7 +267,7 @@ func (g *samplerGrain) failUnreachable() {
 	err := g.sys.store.Update(func(tx persistence.Tx) (err error) {
 		now := g.sys.now()
 		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			req := required(op)
+			req := g.required(op)
 			if req == nil || *req <= g.latest {
 				return false, true, nil
 			}
@@ -268,16 +279,38 @@ func (g *samplerGrain) failUnreachable() {
 		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.ID, "err", err)
 		return
 	}
-	g.queue = left
+	g.keepQueued(left)
 }
 
-// required is the weight version a stored sampler operation waits for.
-func required(op *persistence.Operation) *int64 {
+// required is the weight version a queued operation waits for.
+func (g *samplerGrain) required(op *persistence.Operation) *int64 {
+	if v, ok := g.waits[op.SeqID]; ok {
+		return v
+	}
 	p, err := parse(op.Kind, op.Payload)
 	if err != nil {
 		return nil
 	}
-	return payload.Required(p)
+	v := payload.Required(p)
+	g.waits[op.SeqID] = v
+	return v
+}
+
+// keepQueued makes left the queue, forgetting what the grain held for the
+// operations that left it.
+func (g *samplerGrain) keepQueued(left []int64) {
+	for _, seq := range g.queue {
+		if !slices.Contains(left, seq) {
+			g.forget(seq)
+		}
+	}
+	g.queue = left
+}
+
+// forget drops what the grain held for a queued operation.
+func (g *samplerGrain) forget(seq int64) {
+	delete(g.waits, seq)
+	delete(g.parsed, seq)
 }
 
 // kick moves the sampler on: it syncs to the run's latest weights when
@@ -320,11 +353,12 @@ func (g *samplerGrain) kick() {
 		g.sys.log.Error("start sampler operation", "sampler", g.ID, "seq", seq, "err", err)
 		return
 	}
-	if req := required(op); op.Status != OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
+	if req := g.required(op); op.Status != OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
 		return // parked: the sampler follows the run and will get there
 	}
 	g.queue = g.queue[1:]
-	g.run(op)
+	g.run(op, g.parsed[seq])
+	g.forget(seq)
 }
 
 // sync loads version into the sampling executor: syncing from ready,
@@ -363,7 +397,7 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 		}
 		now := g.sys.now()
 		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			if req := required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
+			if req := g.required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
 				op.UpdatedAt = now
 				return true, true, move(OpMoves, &op.Status, OpPending)
 			}
@@ -395,7 +429,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 		}
 		now := g.sys.now()
 		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			if req := required(op); req != nil && *req > s.Version {
+			if req := g.required(op); req != nil && *req > s.Version {
 				return false, true, nil
 			}
 			return true, false, settle(op, OpFailed, CodeSamplerFailed, msg, now)
@@ -405,7 +439,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	if err != nil {
 		return err
 	}
-	g.queue = left
+	g.keepQueued(left)
 	waiting := g.forRun[:0]
 	for _, j := range g.forRun {
 		if j.Version > s.Version {
@@ -590,6 +624,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 	}
 	if op.Status == OpCancelled {
 		g.queue = slices.DeleteFunc(g.queue, func(q int64) bool { return q == *seq })
+		g.forget(*seq)
 		g.kick()
 	}
 	c := *op
@@ -616,7 +651,7 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.queue, g.forRun = nil, nil
+	g.queue, g.forRun, g.waits, g.parsed = nil, nil, map[int64]*int64{}, map[int64]payload.Parsed{}
 	if g.executing != 0 {
 		g.sys.samplingCancel(samplingRef{samplerKind, g.ID, g.executing})
 	}

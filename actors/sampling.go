@@ -114,6 +114,8 @@ type samplingJob struct {
 	Payload   json.RawMessage
 	ReplyKind string
 	ReplyID   string
+
+	parsed payload.Parsed // Payload parsed, when the grain had it (it is not encoded)
 }
 
 // synced is the sampling executor's report on a sync.
@@ -396,10 +398,13 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 		e.report(j, failure(context.Background(), fmt.Errorf("sampler: no primitive for %s", j.Kind)), start)
 		return
 	}
-	p, err := parse(j.Kind, j.Payload)
-	if err != nil {
-		e.report(j, failure(context.Background(), err), start)
-		return
+	p := j.parsed
+	if p == nil {
+		var err error
+		if p, err = parse(j.Kind, j.Payload); err != nil {
+			e.report(j, failure(context.Background(), err), start)
+			return
+		}
 	}
 	k.sample(e, j, h, p, start)
 }
