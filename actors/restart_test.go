@@ -131,3 +131,42 @@ func TestPanicFailsOneOperation(t *testing.T) {
 		t.Fatalf("run %s after a failed forward", r.Status)
 	}
 }
+
+// A session stored when its lease was part of its record gets the lease as
+// a record of its own at the next start, and keeps working.
+func TestLeasesMigrated(t *testing.T) {
+	reg := registry(t)
+	data := t.TempDir()
+	s := start(t, reg, data)
+	ss, run := newRun(t, s)
+	s.Stop(context.Background())
+
+	st, err := persistence.Open(filepath.Join(data, "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	err = st.Update(func(tx persistence.Tx) error {
+		var rec map[string]any
+		if _, err := tx.Get(persistence.Sessions, []byte(ss.ID), &rec); err != nil {
+			return err
+		}
+		rec["lease_epoch"], rec["lease_expires_at"], rec["idle_ttl_s"] = int64(7), until, int64(3600)
+		if err := tx.Put(persistence.Sessions, []byte(ss.ID), rec); err != nil {
+			return err
+		}
+		return tx.Delete(persistence.Leases, []byte(ss.ID))
+	})
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(t, reg, data)
+	defer s.Stop(context.Background())
+	got, err := s.GetSession(tenant, ss.ID)
+	if err != nil || got.Status != SessionReady || !got.LeaseExpiresAt.Equal(until) || got.IdleTTLSeconds != 3600 || got.LeaseEpoch < 7 {
+		t.Fatalf("the migrated session: %+v %v", got, err)
+	}
+	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
+}

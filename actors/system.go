@@ -150,6 +150,10 @@ func Start(cfg Config) (*System, error) {
 		}
 	}
 	st.OnCommit(cfg.Metrics.Commit)
+	if err := migrateLeases(st); err != nil {
+		st.Close()
+		return nil, err
+	}
 	adm, mem := newAdmission(cfg.Limits), &memory{limit: cfg.MemoryBudget}
 	cfg.Metrics.Gauge("wts_operations_queued", "Operations queued or executing on the node (bounded by --max-queue-node).",
 		func() float64 { return float64(adm.queued().ops) })
@@ -318,6 +322,46 @@ func (s *System) samplersIn(statuses ...string) []string {
 		s.log.Error("scan samplers", "err", err)
 	}
 	return ids
+}
+
+// legacyLease is the lease a session record held itself before leases were
+// records of their own.
+type legacyLease struct {
+	Status    string    `msgpack:"status"`
+	Epoch     int64     `msgpack:"lease_epoch"`
+	ExpiresAt time.Time `msgpack:"lease_expires_at"`
+	TTL       int64     `msgpack:"idle_ttl_s"`
+}
+
+// migrateLeases gives every session stored before leases were records of
+// their own its lease record, from the fields its record still holds (a
+// session no longer ready gets it revoked).
+func migrateLeases(st persistence.Store) error {
+	todo := map[string]lease.Lease{}
+	err := st.View(func(tx persistence.Tx) error {
+		return tx.Scan(persistence.Sessions, nil, nil, func(k, raw []byte) (bool, error) {
+			if ok, err := tx.Get(persistence.Leases, k, &lease.Lease{}); err != nil || ok {
+				return err == nil, err
+			}
+			var old legacyLease
+			if err := persistence.Decode(raw, &old); err != nil {
+				return false, err
+			}
+			todo[string(k)] = lease.Lease{Epoch: old.Epoch, ExpiresAt: old.ExpiresAt, TTLSeconds: old.TTL, Revoked: old.Status != SessionReady}
+			return true, nil
+		})
+	})
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	return st.Update(func(tx persistence.Tx) error {
+		for id, l := range todo {
+			if err := tx.Put(persistence.Leases, []byte(id), &l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // armLeases arms the expiry reminder of every lease that has not been
