@@ -12,6 +12,12 @@
 // model, as it would in service.
 //
 //	go run ./bench/apibench [--clients 1,16,64] [--requests 20000] [--wts bin/wts]
+//	go run ./bench/apibench --against OLD_BIN [--pairs 4] [--clients 64] [--wts bin/wts]
+//
+// With --against, it measures the last level only, against a fresh node of
+// each binary in turn, in pairs whose order alternates (new, old, old, new,
+// ...), and prints every run, each binary's mean and their ratio: the way to
+// tell a change from the host's noise.
 package main
 
 import (
@@ -40,6 +46,8 @@ func main() {
 	debugAddr := flag.String("debug-addr", "", "passed to wts serve: serve pprof there (to profile the service under load)")
 	engineNice := flag.Int("engine-nice", 0, "passed to wts serve: the engine threads' nice (0: off, the default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the service under the last level's load here (needs --debug-addr; that level's figures then carry the profiler's cost)")
+	against := flag.String("against", "", "another wts binary to alternate with, at the last level only")
+	pairs := flag.Int("pairs", 4, "with --against: runs of each binary")
 	flag.Parse()
 	if *cpuProfile != "" && *debugAddr == "" {
 		log.Fatal("--cpuprofile needs --debug-addr")
@@ -49,6 +57,10 @@ func main() {
 		return
 	}
 	levels := service.Levels(*clientsFlag)
+	if *against != "" {
+		compare(service.Build(*wts), *against, *dataRoot, levels[len(levels)-1], *requests, *tokens, *pairs)
+		return
+	}
 	extra := []string{"--debug-addr", *debugAddr}
 	if *engineNice != 0 { // older binaries, run for comparison, lack the flag
 		extra = append(extra, "--engine-nice", fmt.Sprint(*engineNice))
@@ -63,13 +75,7 @@ func main() {
 	for _, c := range levels {
 		per := max(1, *requests/c)
 		runs := svc.Runs(c, 4)
-		bodies := make([][][]byte, c)
-		for i := range bodies {
-			bodies[i] = make([][]byte, per)
-			for j := range per {
-				bodies[i][j] = opBody(j+1, fmt.Sprintf("k%d", j), *tokens, i+j)
-			}
-		}
+		bodies := levelBodies(c, per, *tokens)
 		p := load(peer.Addr, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.Key, bodies)
 		before := svc.Scrape()
 		cpu0, cpuOK := svc.CPU()
@@ -112,6 +118,60 @@ func main() {
 			fmt.Printf("         errors: service %d (first: %s), peer %d\n", s.errors, s.firstError, p.errors)
 		}
 	}
+}
+
+// levelBodies are c clients' per submissions each.
+func levelBodies(c, per, tokens int) [][][]byte {
+	bodies := make([][][]byte, c)
+	for i := range bodies {
+		bodies[i] = make([][]byte, per)
+		for j := range per {
+			bodies[i][j] = opBody(j+1, fmt.Sprintf("k%d", j), tokens, i+j)
+		}
+	}
+	return bodies
+}
+
+// compare alternates a fresh node of binary cur and one of base, pairs
+// times each, at c clients, and prints each run and the means.
+func compare(cur, base, dataRoot string, c, requests, tokens, pairs int) {
+	per := max(1, requests/c)
+	bodies := levelBodies(c, per, tokens)
+	rates := map[string][]float64{}
+	cpus := map[string][]float64{}
+	fmt.Printf("durable submissions at %d clients, %d each run, forward of %d tokens on the tiny model\n\n", c, per*c, tokens)
+	fmt.Printf("%-6s %-40s | %10s %8s %8s | %s\n", "run", "binary", "service/s", "p50 ms", "p99 ms", "CPU a submission")
+	for i := range 2 * pairs {
+		name, bin := "new", cur
+		if i%4 == 1 || i%4 == 2 { // new, old, old, new, ...
+			name, bin = "old", base
+		}
+		svc := service.Serve(bin, dataRoot, "tiny")
+		runs := svc.Runs(c, 4)
+		cpu0, cpuOK := svc.CPU()
+		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
+		svc.WaitExecuted()
+		cpu1, _ := svc.CPU()
+		svc.Stop()
+		cpu := float64((cpu1 - cpu0).Microseconds()) / float64(per*c)
+		if !cpuOK {
+			cpu = 0
+		}
+		rates[name], cpus[name] = append(rates[name], s.rate), append(cpus[name], cpu)
+		fmt.Printf("%-6d %-40s | %10.0f %8.2f %8.2f | %.0f µs\n", i+1, name+" "+bin, s.rate, s.p50, s.p99, cpu)
+		if s.errors > 0 {
+			fmt.Printf("       errors: %d (first: %s)\n", s.errors, s.firstError)
+		}
+	}
+	mean := func(xs []float64) float64 {
+		var t float64
+		for _, x := range xs {
+			t += x
+		}
+		return t / float64(len(xs))
+	}
+	fmt.Printf("\nmeans: new %.0f/s (%.0f µs), old %.0f/s (%.0f µs); new/old %.2f\n",
+		mean(rates["new"]), mean(cpus["new"]), mean(rates["old"]), mean(cpus["old"]), mean(rates["new"])/mean(rates["old"]))
 }
 
 // profileService writes a CPU profile of the service taken through its
