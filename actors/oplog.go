@@ -26,6 +26,9 @@ type opOwner struct {
 	epoch uint64
 	head  persistence.Memo[persistence.Head]
 	ops   map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
+	// opBytes is what the memos in ops hold, kept as they change: admission
+	// control reads it after every message the grain handles.
+	opBytes int64
 }
 
 // headTx runs fn in a store transaction fenced by the owner's head: refused
@@ -64,9 +67,14 @@ func (o *opOwner) takeLease(tx persistence.Tx) (persistence.Head, error) {
 // op reads the owner's operation seq inside tx (the zero operation if there
 // is none), as a copy the caller may change by assignment.
 func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, error) {
-	op, ok, err := o.memo(seq).Get(tx, persistence.Ops, persistence.SeqKey(o.ID, seq))
+	m := o.memo(seq)
+	before := m.Size()
+	op, ok, err := m.Get(tx, persistence.Ops, persistence.SeqKey(o.ID, seq))
 	if !ok || Terminal(OpMoves, op.Status) {
 		delete(o.ops, seq)
+		o.opBytes -= int64(before)
+	} else {
+		o.opBytes += int64(m.Size() - before)
 	}
 	return &op, err
 }
@@ -90,10 +98,17 @@ func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.ID, op.SeqID)
 	if Terminal(OpMoves, op.Status) {
-		delete(o.ops, op.SeqID)
+		if m := o.ops[op.SeqID]; m != nil {
+			o.opBytes -= int64(m.Size())
+			delete(o.ops, op.SeqID)
+		}
 		return tx.Put(persistence.Ops, key, op)
 	}
-	return o.memo(op.SeqID).Put(tx, persistence.Ops, key, *op)
+	m := o.memo(op.SeqID)
+	before := m.Size()
+	err := m.Put(tx, persistence.Ops, key, *op)
+	o.opBytes += int64(m.Size() - before)
+	return err
 }
 
 // repeated answers a submission whose idempotency key owner has seen: the
@@ -160,13 +175,7 @@ type base struct {
 
 // held is the bytes the owner's memos hold for its queued and executing
 // operations.
-func (o *opOwner) held() int64 {
-	var n int64
-	for _, m := range o.ops {
-		n += int64(m.Size())
-	}
-	return n
-}
+func (o *opOwner) held() int64 { return o.opBytes }
 
 // awake answers a call that only activates its grain.
 func awake(actor.Context, grain.In) (any, error) { return struct{}{}, nil }

@@ -260,3 +260,34 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Errorf("cost after the run timed out: %+v %v", c, err)
 	}
 }
+
+// The bytes a run's grain holds for its queued operations are counted while
+// they are queued and given back as they end.
+func TestQueuedBytesAccounted(t *testing.T) {
+	s := start(t, registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := newRun(t, s)
+	var ids []string
+	peak := int64(0)
+	for seq := int64(1); seq <= 8; seq++ {
+		acc, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: seq, IdempotencyKey: fmt.Sprint("q", seq), RequestHash: "h", Kind: "forward_backward", Payload: batch(int(seq))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, acc.Op.ID)
+		peak = max(peak, s.adm.queued().bytes)
+	}
+	for _, id := range ids {
+		wait(t, s, id)
+	}
+	if peak <= 0 {
+		t.Fatal("queued operations held no bytes")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for q := s.adm.queued(); q.ops != 0 || q.bytes != 0; q = s.adm.queued() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after every operation ended: %d queued, %d bytes", q.ops, q.bytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
