@@ -11,15 +11,10 @@ import (
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/train"
 	"github.com/wts-project/wts/persistence"
-)
-
-// Checkpoint and artifact statuses.
-const (
-	Available = "available"
-	Retired   = "retired"
 )
 
 // Artifact kinds and export modes.
@@ -163,7 +158,7 @@ func recordOutputs(tx persistence.Tx, r *persistence.Run, op *persistence.Operat
 // made is the provenance of output id, made by operation op of run r.
 func made(id string, r *persistence.Run, op *persistence.Operation) persistence.Output {
 	return persistence.Output{ID: id, Tenant: r.Tenant, SessionID: r.SessionID, RunID: r.ID, SeqID: op.SeqID,
-		Status: Available, CreatedAt: op.UpdatedAt}
+		Status: states.Available, CreatedAt: op.UpdatedAt}
 }
 
 // byIndex reads into v the record that id indexes in bucket b.
@@ -241,7 +236,7 @@ func (s *System) ListArtifacts(t persistence.Tenant, runID string, after int64, 
 
 // available refuses a retired checkpoint, whose files are gone.
 func available(cp *persistence.Checkpoint) error {
-	if cp.Status != Available {
+	if cp.Status != states.Available {
 		return refuse(CodeCheckpointRetired, "checkpoint %s was retired with its run %s", cp.ID, cp.RunID)
 	}
 	return nil
@@ -291,7 +286,7 @@ func (g *runGrain) retire(_ actor.Context, in grain.In) (any, error) {
 	if req.Tenant != g.run.Tenant {
 		return nil, notFound("run", g.ID)
 	}
-	if !Terminal(RunMoves, g.run.Status) {
+	if !states.Terminal(states.RunMoves, g.run.Status) {
 		return nil, refuse(CodeRunNotTerminal, "run %s is %s; only a run that has ended can be retired", g.ID, g.run.Status)
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
@@ -326,8 +321,8 @@ func retireOutputs[T any](tx persistence.Tx, b persistence.Bucket, runID string,
 		if err := persistence.Decode(raw, rec); err != nil {
 			return false, err
 		}
-		if o := output(rec); o.Status == Available {
-			if err := move(OutputMoves, &o.Status, Retired); err != nil {
+		if o := output(rec); o.Status == states.Available {
+			if err := states.Move(states.OutputMoves, &o.Status, states.Retired); err != nil {
 				return false, err
 			}
 			keys, recs = append(keys, append([]byte(nil), k...)), append(recs, rec)

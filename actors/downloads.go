@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
@@ -34,7 +35,7 @@ func (s *System) Downloadable(t persistence.Tenant, artifactID, format string) (
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.Status != Available {
+	if a.Status != states.Available {
 		return nil, nil, refuse(CodeArtifactRetired, "artifact %s was retired with its run %s", a.ID, a.RunID)
 	}
 	files, _, err := s.files(a, format)
@@ -50,7 +51,7 @@ func (s *System) FilePath(artifactID, format, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if a == nil || a.Status != Available {
+	if a == nil || a.Status != states.Available {
 		return "", notFound("artifact", artifactID)
 	}
 	files, dir, err := s.files(a, format)

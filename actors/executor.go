@@ -17,6 +17,7 @@ import (
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
@@ -393,7 +394,7 @@ func (e *executor) slice(t *task) {
 	var err error
 	switch {
 	case t.started.IsZero() && t.ctx.Err() != nil:
-		d = &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
+		d = &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
 	case t.started.IsZero():
 		t.started = time.Now()
 	}
@@ -545,7 +546,7 @@ func (e *executor) step(t *task) (*done, error) {
 // snapshot may follow it.
 func (e *executor) succeeded(t *task, out *applied) (*done, error) {
 	j, ts := t.j, t.ts
-	d := &done{Status: OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
+	d := &done{Status: states.OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
 		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
 	// go-json: encoding/json's reflection took 2% of the service's CPU at
 	// 64 clients; the replies around the result are go-json's already.
@@ -579,14 +580,14 @@ type started struct {
 func failure(ctx context.Context, err error) *done {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		if errors.Is(context.Cause(ctx), errStopping) {
-			return &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"}
+			return &done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"}
 		}
-		return &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
+		return &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
 	}
 	if code := kerr.Code(err); code != "" {
-		return &done{Status: OpFailed, Code: code, Message: err.Error()}
+		return &done{Status: states.OpFailed, Code: code, Message: err.Error()}
 	}
-	return &done{Status: OpFailed, Code: CodeInternal, Message: err.Error()}
+	return &done{Status: states.OpFailed, Code: CodeInternal, Message: err.Error()}
 }
 
 // forwardResult is the result of forward and forward_backward.
@@ -829,7 +830,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 				if op.SeqID > j.StateSeq {
 					return false, nil
 				}
-				if op.Status == OpSucceeded && kindOf(op.Kind).mutates {
+				if op.Status == states.OpSucceeded && kindOf(op.Kind).mutates {
 					rb.replay = append(rb.replay, op)
 				}
 				return true, nil

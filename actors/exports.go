@@ -6,23 +6,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers/hub"
 )
 
 // ExportPrefix starts every export id.
 const ExportPrefix = "wte_"
-
-// Export statuses: an export is accepted pending, moves to uploading when
-// the exporter takes it, and ends succeeded or failed (with an error code).
-// After a restart, pending and uploading exports are taken again: every
-// step of the Hub protocol may be repeated.
-const (
-	ExportPending   = "pending"
-	ExportUploading = "uploading"
-	ExportSucceeded = "succeeded"
-	ExportFailed    = "failed"
-)
 
 // Export codes.
 const (
@@ -70,7 +60,7 @@ func (s *System) CreateExport(req NewExport) (*ExportReply, bool, error) {
 		return nil, false, refuse(CodeNotEligible, "artifact %s belongs to run %s, not %s", a.ID, a.RunID, req.RunID)
 	case a.Kind != ArtifactLoRA:
 		return nil, false, refuse(CodeNotEligible, "artifact %s is a %s; only LoRA adapters can be published to a hub", a.ID, a.Kind)
-	case a.Status != Available:
+	case a.Status != states.Available:
 		return nil, false, refuse(CodeArtifactRetired, "artifact %s was retired with its run", a.ID)
 	}
 	if _, err := s.credential(req.Tenant, req.CredentialID, CredentialHub); err != nil {
@@ -78,7 +68,7 @@ func (s *System) CreateExport(req NewExport) (*ExportReply, bool, error) {
 	}
 	now := s.now()
 	fresh := &persistence.Export{ID: NewID(ExportPrefix), Tenant: req.Tenant, RequestID: req.RequestID, RunID: req.RunID,
-		ArtifactID: a.ID, Status: ExportPending, Repo: req.Repo, Revision: req.Revision, Private: req.Private,
+		ArtifactID: a.ID, Status: states.ExportPending, Repo: req.Repo, Revision: req.Revision, Private: req.Private,
 		CredentialID: req.CredentialID, CreatedAt: now, UpdatedAt: now}
 	key := requestKey(req.Tenant, "export\x00"+req.RunID, req.RequestID)
 	var ex *persistence.Export
@@ -114,7 +104,7 @@ func (s *System) GetExport(t persistence.Tenant, id string) (*ExportReply, error
 
 func (s *System) exportReply(ex *persistence.Export) (*ExportReply, error) {
 	r := &ExportReply{Export: ex, Mode: ExportModeLoRA}
-	if ex.Status == ExportSucceeded {
+	if ex.Status == states.ExportSucceeded {
 		a, err := s.artifact(ex.ResultArtifactID)
 		if err != nil {
 			return nil, err
@@ -177,7 +167,7 @@ func (s *System) exporter() {
 				if err := persistence.Decode(raw, &ex); err != nil {
 					return false, err
 				}
-				if ex.Status == ExportPending || ex.Status == ExportUploading {
+				if ex.Status == states.ExportPending || ex.Status == states.ExportUploading {
 					todo = append(todo, ex.ID)
 				}
 				return true, nil
@@ -219,10 +209,10 @@ func (s *System) setExport(id string, fn func(*persistence.Export) error) (*pers
 // The token is opened only here and goes only to the Hub.
 func (s *System) publish(ctx context.Context, id string) error {
 	ex, err := s.setExport(id, func(e *persistence.Export) error {
-		if e.Status == ExportUploading { // cut short by a stop: taken again
+		if e.Status == states.ExportUploading { // cut short by a stop: taken again
 			return nil
 		}
-		return move(ExportMoves, &e.Status, ExportUploading)
+		return states.Move(states.ExportMoves, &e.Status, states.ExportUploading)
 	})
 	if err != nil {
 		return err
@@ -235,18 +225,18 @@ func (s *System) publish(ctx context.Context, id string) error {
 		_, serr := s.setExport(id, func(e *persistence.Export) error {
 			if err == nil {
 				e.ResultArtifactID, e.CommitOID = e.ArtifactID, commit
-				return move(ExportMoves, &e.Status, ExportSucceeded)
+				return states.Move(states.ExportMoves, &e.Status, states.ExportSucceeded)
 			}
 			e.ErrorCode, e.ErrorMessage = hub.CodeOf(err), err.Error()
 			if e.ErrorCode == "" {
 				e.ErrorCode = CodeInternal
 			}
-			return move(ExportMoves, &e.Status, ExportFailed)
+			return states.Move(states.ExportMoves, &e.Status, states.ExportFailed)
 		})
 		return serr
 	}
 	a, err := s.artifact(ex.ArtifactID)
-	if err == nil && (a == nil || a.Status != Available) {
+	if err == nil && (a == nil || a.Status != states.Available) {
 		err = &hub.Error{Code: CodeArtifactRetired, Message: "the artifact was retired before it was published"}
 	}
 	if err != nil {

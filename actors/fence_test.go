@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -55,7 +56,7 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 		Payload: batch(2), BaseModel: run.BaseModel, LoRA: run.LoRA, StateSeq: 1}
 	s.execJob(stale)
 	s.execCancel(jobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
-	if op := submit(t, s, run.ID, 2, payload.Forward, batch(3)); op.Status != OpSucceeded {
+	if op := submit(t, s, run.ID, 2, payload.Forward, batch(3)); op.Status != states.OpSucceeded {
 		t.Fatalf("the run's own operation: %s %v", op.Status, op.ErrorMessage)
 	}
 	mu.Lock()

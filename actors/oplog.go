@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -70,7 +71,7 @@ func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, erro
 	m := o.memo(seq)
 	before := m.Size()
 	op, ok, err := m.Get(tx, persistence.Ops, persistence.SeqKey(o.ID, seq))
-	if !ok || Terminal(OpMoves, op.Status) {
+	if !ok || states.Terminal(states.OpMoves, op.Status) {
 		delete(o.ops, seq)
 		o.opBytes -= int64(before)
 	} else {
@@ -97,7 +98,7 @@ func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 // grain, and leaves the memos.
 func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.ID, op.SeqID)
-	if Terminal(OpMoves, op.Status) {
+	if states.Terminal(states.OpMoves, op.Status) {
 		if m := o.ops[op.SeqID]; m != nil {
 			o.opBytes -= int64(m.Size())
 			delete(o.ops, op.SeqID)
@@ -156,7 +157,7 @@ func (o *opOwner) putAccepted(tx persistence.Tx, op *persistence.Operation, idem
 
 // settle ends an operation.
 func settle(op *persistence.Operation, status, code, msg string, now time.Time) error {
-	if err := move(OpMoves, &op.Status, status); err != nil {
+	if err := states.Move(states.OpMoves, &op.Status, status); err != nil {
 		return fmt.Errorf("operation %d: %w", op.SeqID, err)
 	}
 	if code != "" {
@@ -258,7 +259,7 @@ func requeue(op *persistence.Operation, now time.Time) (requeued bool, err error
 // unstartOp sends an executing operation back to pending, its progress
 // forgotten.
 func unstartOp(op *persistence.Operation, now time.Time) error {
-	if err := move(OpMoves, &op.Status, OpPending); err != nil {
+	if err := states.Move(states.OpMoves, &op.Status, states.OpPending); err != nil {
 		return fmt.Errorf("operation %d: %w", op.SeqID, err)
 	}
 	op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = nil, nil, now
@@ -268,17 +269,17 @@ func unstartOp(op *persistence.Operation, now time.Time) error {
 // failInterrupted settles an operation the node died under maxAttempts
 // times.
 func failInterrupted(op *persistence.Operation, now time.Time) error {
-	return settle(op, OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
+	return settle(op, states.OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
 }
 
 // markExecuting records that the executor began operation seq (if it is
 // still pending: a report after a cancel finds it ended).
 func (o *opOwner) markExecuting(tx persistence.Tx, seq int64, now time.Time) error {
 	op, err := o.op(tx, seq)
-	if err != nil || op.Status != OpPending {
+	if err != nil || op.Status != states.OpPending {
 		return err
 	}
-	if err := move(OpMoves, &op.Status, OpExecuting); err != nil {
+	if err := states.Move(states.OpMoves, &op.Status, states.OpExecuting); err != nil {
 		return err
 	}
 	op.UpdatedAt = now
@@ -289,7 +290,7 @@ func (o *opOwner) markExecuting(tx persistence.Tx, seq int64, now time.Time) err
 // to pending: nothing of it was applied, and it runs after the next start.
 func (o *opOwner) unstart(tx persistence.Tx, seq int64, now time.Time) error {
 	op, err := o.op(tx, seq)
-	if err != nil || op.Status != OpExecuting {
+	if err != nil || op.Status != states.OpExecuting {
 		return err
 	}
 	if err := unstartOp(op, now); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -52,7 +53,7 @@ func TestGrainsPassivate(t *testing.T) {
 	before, _ := s.GetSession(tenant, ss.ID)
 	s.remind(sessionReminder(ss.ID)) // the lease's reminder, early: it re-arms
 	after, err := s.GetSession(tenant, ss.ID)
-	if err != nil || after.Status != SessionReady || after.LeaseEpoch != before.LeaseEpoch+1 {
+	if err != nil || after.Status != states.SessionReady || after.LeaseEpoch != before.LeaseEpoch+1 {
 		t.Fatalf("the reminder did not reactivate the session: %+v -> %+v (%v)", before, after, err)
 	}
 	if _, err := s.CloseSession(tenant, ss.ID); err != nil {

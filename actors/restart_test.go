@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -27,7 +28,7 @@ func markExecutingOnDisk(t *testing.T, data, run string, seq, attempts int64) {
 		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(run, seq), &op); err != nil {
 			return err
 		}
-		op.Status, op.Result, op.ErrorCode, op.ErrorMessage, op.Usage, op.Attempts = OpExecuting, nil, nil, nil, nil, attempts
+		op.Status, op.Result, op.ErrorCode, op.ErrorMessage, op.Usage, op.Attempts = states.OpExecuting, nil, nil, nil, nil, attempts
 		return tx.Put(persistence.Ops, persistence.SeqKey(run, seq), &op)
 	})
 	if err != nil {
@@ -59,10 +60,10 @@ func TestExecutingAtStartRunsAgain(t *testing.T) {
 	s = start(t, reg, data)
 	defer s.Stop(context.Background())
 	op = wait(t, s, mustOpID(t, s, run.ID, 1))
-	if op.Status != OpFailed || *op.ErrorCode != CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(maxAttempts)) {
+	if op.Status != states.OpFailed || *op.ErrorCode != CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(maxAttempts)) {
 		t.Fatalf("third crash: %s %v %v", op.Status, op.ErrorCode, op.ErrorMessage)
 	}
-	if r, _ := s.GetRun(tenant, run.ID); r.Status != RunInterrupted {
+	if r, _ := s.GetRun(tenant, run.ID); r.Status != states.RunInterrupted {
 		t.Fatalf("run %s", r.Status)
 	}
 }
@@ -99,10 +100,10 @@ func TestBusyRunKeepsLease(t *testing.T) {
 	}
 	s.reminders.Due()
 	got, _ := s.GetSession(tenant, ss.ID)
-	if op, _ := s.GetOperation(tenant, acc.Op.ID); Terminal(OpMoves, op.Status) {
+	if op, _ := s.GetOperation(tenant, acc.Op.ID); states.Terminal(states.OpMoves, op.Status) {
 		t.Skip("the long forward ended before the reminder") // nothing was busy to prove it
 	}
-	if got.Status != SessionReady || !got.LeaseExpiresAt.After(clock()) {
+	if got.Status != states.SessionReady || !got.LeaseExpiresAt.After(clock()) {
 		t.Fatalf("session %s, lease until %v (now %v)", got.Status, got.LeaseExpiresAt, clock())
 	}
 	wait(t, s, acc.Op.ID)
@@ -123,11 +124,11 @@ func TestPanicFailsOneOperation(t *testing.T) {
 	_, run := newRun(t, s)
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
 	bad := submit(t, s, run.ID, 2, "forward", batch(2))
-	if bad.Status != OpFailed || *bad.ErrorCode != CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
+	if bad.Status != states.OpFailed || *bad.ErrorCode != CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
 		t.Fatalf("the panicking operation: %s %v %v", bad.Status, bad.ErrorCode, bad.ErrorMessage)
 	}
 	loss(t, submit(t, s, run.ID, 3, "forward", batch(3)))
-	if r, _ := s.GetRun(tenant, run.ID); r.Status != RunRunning {
+	if r, _ := s.GetRun(tenant, run.ID); r.Status != states.RunRunning {
 		t.Fatalf("run %s after a failed forward", r.Status)
 	}
 }
@@ -165,7 +166,7 @@ func TestLeasesMigrated(t *testing.T) {
 	s = start(t, reg, data)
 	defer s.Stop(context.Background())
 	got, err := s.GetSession(tenant, ss.ID)
-	if err != nil || got.Status != SessionReady || !got.LeaseExpiresAt.Equal(until) || got.IdleTTLSeconds != 3600 || got.LeaseEpoch < 7 {
+	if err != nil || got.Status != states.SessionReady || !got.LeaseExpiresAt.Equal(until) || got.IdleTTLSeconds != 3600 || got.LeaseEpoch < 7 {
 		t.Fatalf("the migrated session: %+v %v", got, err)
 	}
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))

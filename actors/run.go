@@ -11,6 +11,7 @@ import (
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -123,15 +124,15 @@ func (g *runGrain) activate() error {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
-		wasTerminal := Terminal(RunMoves, r.Status)
+		wasTerminal := states.Terminal(states.RunMoves, r.Status)
 		g.queue, g.parsed, g.executing, g.dispatched = g.queue[:0], map[int64]payload.Parsed{}, 0, false
 		now := g.sys.now()
 		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			var err error
 			switch {
-			case op.Status == OpExecuting && Terminal(RunMoves, r.Status):
+			case op.Status == states.OpExecuting && states.Terminal(states.RunMoves, r.Status):
 				err = failInterrupted(op, now)
-			case op.Status == OpExecuting:
+			case op.Status == states.OpExecuting:
 				var requeued bool
 				switch requeued, err = requeue(op, now); {
 				case err != nil:
@@ -139,11 +140,11 @@ func (g *runGrain) activate() error {
 					g.queue = append(g.queue, op.SeqID)
 				case kindOf(op.Kind).mutates: // it failed on its last attempt
 					r.ErrorCode = CodeInterrupted
-					err = move(RunMoves, &r.Status, RunInterrupted)
+					err = states.Move(states.RunMoves, &r.Status, states.RunInterrupted)
 				}
-			case op.Status == OpPending && Terminal(RunMoves, r.Status):
-				err = settle(op, OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
-			case op.Status == OpPending:
+			case op.Status == states.OpPending && states.Terminal(states.RunMoves, r.Status):
+				err = settle(op, states.OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
+			case op.Status == states.OpPending:
 				g.queue = append(g.queue, op.SeqID)
 				return nil
 			default:
@@ -157,7 +158,7 @@ func (g *runGrain) activate() error {
 		if err != nil {
 			return err
 		}
-		if Terminal(RunMoves, r.Status) {
+		if states.Terminal(states.RunMoves, r.Status) {
 			if err := settleUsage(tx, r.ID, now); err != nil {
 				return err
 			}
@@ -166,7 +167,7 @@ func (g *runGrain) activate() error {
 		if err := tx.Put(persistence.Runs, []byte(r.ID), r); err != nil {
 			return err
 		}
-		if Terminal(RunMoves, r.Status) && !wasTerminal {
+		if states.Terminal(states.RunMoves, r.Status) && !wasTerminal {
 			g.sys.adm.close(r.Tenant.Org, runKind) // counted live at start
 		}
 		g.run = r
@@ -198,7 +199,7 @@ func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) e
 		if err := fn(tx, &r); err != nil {
 			return 0, err
 		}
-		if Terminal(RunMoves, r.Status) && !Terminal(RunMoves, g.run.Status) {
+		if states.Terminal(states.RunMoves, r.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
 			if err := settleUsage(tx, r.ID, g.sys.now()); err != nil {
 				return 0, err
 			}
@@ -211,7 +212,7 @@ func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) e
 		return r.NextSeqID, tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
-		if Terminal(RunMoves, next.Status) && !Terminal(RunMoves, g.run.Status) {
+		if states.Terminal(states.RunMoves, next.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
 			g.sys.adm.close(next.Tenant.Org, runKind)
 		}
 		g.run = next
@@ -232,7 +233,7 @@ func (g *runGrain) depth() int {
 
 // accepting refuses new operations on a run that takes none.
 func accepting(r *persistence.Run) error {
-	if r.Status != RunCreated && r.Status != RunRunning {
+	if r.Status != states.RunCreated && r.Status != states.RunRunning {
 		return refuse(CodeRunNotAccepting, "run %s is %s and accepts no operations", r.ID, r.Status)
 	}
 	return nil
@@ -313,20 +314,20 @@ func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMe
 		}
 		op = &persistence.Operation{
 			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.ID, SeqID: r.NextSeqID,
-			Kind: kind, Status: OpPending, CreatedAt: now, UpdatedAt: now,
+			Kind: kind, Status: states.OpPending, CreatedAt: now, UpdatedAt: now,
 			IdempotencyKey: key, RequestHash: hash, Payload: body,
 		}
 		r.NextSeqID++
 		var err error
-		if r.Status == RunCreated {
-			err = move(RunMoves, &r.Status, RunRunning)
+		if r.Status == states.RunCreated {
+			err = states.Move(states.RunMoves, &r.Status, states.RunRunning)
 		}
 		switch {
 		case err != nil:
 		case kind == payload.Finish:
-			err = move(RunMoves, &r.Status, RunFinishing)
+			err = states.Move(states.RunMoves, &r.Status, states.RunFinishing)
 		case kind == payload.Cancel:
-			err = move(RunMoves, &r.Status, RunCancelRequested)
+			err = states.Move(states.RunMoves, &r.Status, states.RunCancelRequested)
 		}
 		if err != nil {
 			return err
@@ -393,7 +394,7 @@ func (g *runGrain) finish(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	acc, err := g.control(req, payload.Finish, RunCreated, RunRunning)
+	acc, err := g.control(req, payload.Finish, states.RunCreated, states.RunRunning)
 	if err == nil && acc.Created {
 		g.kick()
 	}
@@ -405,7 +406,7 @@ func (g *runGrain) cancel(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	acc, err := g.control(req, payload.Cancel, RunCreated, RunRunning, RunFinishing)
+	acc, err := g.control(req, payload.Cancel, states.RunCreated, states.RunRunning, states.RunFinishing)
 	if err == nil && acc.Created {
 		g.stopWork(CodeCancelled, "the run was cancelled")
 	}
@@ -418,11 +419,11 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if Terminal(RunMoves, g.run.Status) || g.run.Status == RunCancelRequested {
+	if states.Terminal(states.RunMoves, g.run.Status) || g.run.Status == states.RunCancelRequested {
 		return struct{}{}, nil
 	}
-	if req.Status == RunCancelled {
-		_, err := g.control(&Control{g.run.Tenant, "session-close"}, payload.Cancel, RunCreated, RunRunning, RunFinishing)
+	if req.Status == states.RunCancelled {
+		_, err := g.control(&Control{g.run.Tenant, "session-close"}, payload.Cancel, states.RunCreated, states.RunRunning, states.RunFinishing)
 		if err == nil {
 			g.stopWork(CodeCancelled, "the session was closed")
 		}
@@ -430,7 +431,7 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 	}
 	err = g.write(func(_ persistence.Tx, r *persistence.Run) error {
 		r.ErrorCode = req.Code
-		return move(RunMoves, &r.Status, req.Status)
+		return states.Move(states.RunMoves, &r.Status, req.Status)
 	})
 	if err == nil {
 		g.stopWork(req.Code, "the session's lease expired")
@@ -450,7 +451,7 @@ func (g *runGrain) stopWork(code, msg string) {
 			if op.Kind == payload.Cancel {
 				return false, true, nil // the cancel itself completes the run's ending
 			}
-			return true, false, settle(op, OpCancelled, code, msg, now)
+			return true, false, settle(op, states.OpCancelled, code, msg, now)
 		})
 		return err
 	})
@@ -531,15 +532,15 @@ func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64)
 		if j := g.jobFor(r, op); j != nil {
 			return advanced{i + 1, j}, nil
 		}
-		if err := settle(op, OpSucceeded, "", "", now); err != nil {
+		if err := settle(op, states.OpSucceeded, "", "", now); err != nil {
 			return advanced{}, err
 		}
-		if r.Status == RunFinishing || r.Status == RunCancelRequested {
-			to := RunFinished
+		if r.Status == states.RunFinishing || r.Status == states.RunCancelRequested {
+			to := states.RunFinished
 			if op.Kind == payload.Cancel {
-				to = RunCancelled
+				to = states.RunCancelled
 			}
-			if err := move(RunMoves, &r.Status, to); err != nil {
+			if err := states.Move(states.RunMoves, &r.Status, to); err != nil {
 				return advanced{}, err
 			}
 		}
@@ -581,7 +582,7 @@ func (g *runGrain) started(a advanced) {
 
 // ended releases a terminal run's trainer and tells its session.
 func (g *runGrain) ended() {
-	if !Terminal(RunMoves, g.run.Status) {
+	if !states.Terminal(states.RunMoves, g.run.Status) {
 		return
 	}
 	g.sys.execRelease(jobRef{RunID: g.ID, Epoch: g.epoch})
@@ -644,7 +645,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if d.Handoff {
 		return nil, g.handOff(d)
 	}
-	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
+	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
 		if err := g.write(func(tx persistence.Tx, _ *persistence.Run) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
 			return nil, err
 		}
@@ -669,15 +670,15 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 			r.SnapshotSeq = d.SnapshotSeq
 		}
 		switch {
-		case d.Status == OpSucceeded && kindOf(op.Kind).mutates:
+		case d.Status == states.OpSucceeded && kindOf(op.Kind).mutates:
 			r.StateSeq, r.Steps = d.SeqID, d.Steps
-		case d.Status == OpFailed && kindOf(op.Kind).mutates && !Terminal(RunMoves, r.Status) && r.Status != RunCancelRequested:
+		case d.Status == states.OpFailed && kindOf(op.Kind).mutates && !states.Terminal(states.RunMoves, r.Status) && r.Status != states.RunCancelRequested:
 			r.ErrorCode = d.Code
-			if err := move(RunMoves, &r.Status, RunPoisoned); err != nil {
+			if err := states.Move(states.RunMoves, &r.Status, states.RunPoisoned); err != nil {
 				return err
 			}
 		}
-		if d.Status == OpSucceeded {
+		if d.Status == states.OpSucceeded {
 			if err := recordOutputs(tx, r, op, d); err != nil {
 				return err
 			}
@@ -695,7 +696,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 			return err
 		}
 		next = advanced{}
-		if r.Status == RunPoisoned {
+		if r.Status == states.RunPoisoned {
 			return nil
 		}
 		var aerr error
@@ -709,7 +710,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if d.WeightVersion > 0 {
 		g.sys.sampler(g.run.SamplerID).weights(weightsUpdate{d.WeightVersion})
 	}
-	if g.run.Status == RunPoisoned {
+	if g.run.Status == states.RunPoisoned {
 		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
 		g.ended()
 		return nil, nil
@@ -730,7 +731,7 @@ func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version 
 	}
 	r.SamplerID = samplerID(r.ID)
 	sm := persistence.Sampler{ID: r.SamplerID, Tenant: r.Tenant, SessionID: r.SessionID, RunID: r.ID, BaseModel: r.BaseModel,
-		Status: SamplerProvisioning, NextSeqID: 1, LastActivityAt: now, CreatedAt: now, UpdatedAt: now}
+		Status: states.SamplerProvisioning, NextSeqID: 1, LastActivityAt: now, CreatedAt: now, UpdatedAt: now}
 	if err := tx.Put(persistence.Samplers, []byte(sm.ID), &sm); err != nil {
 		return err
 	}
@@ -772,7 +773,7 @@ func (g *runGrain) execProgress(_ actor.Context, in grain.In) (any, error) {
 	}
 	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
 		op, err := g.op(tx, p.SeqID)
-		if err != nil || op.Status != OpExecuting {
+		if err != nil || op.Status != states.OpExecuting {
 			return err
 		}
 		now := g.sys.now()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -107,7 +108,7 @@ func (g *samplerGrain) activate() error {
 		now := g.sys.now()
 		err := scanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
 			switch op.Status {
-			case OpExecuting:
+			case states.OpExecuting:
 				requeued, err := requeue(op, now)
 				if err != nil {
 					return err
@@ -116,7 +117,7 @@ func (g *samplerGrain) activate() error {
 					g.queue = append(g.queue, op.SeqID)
 				}
 				return g.putOp(tx, op)
-			case OpPending, OpParked:
+			case states.OpPending, states.OpParked:
 				g.queue = append(g.queue, op.SeqID)
 			}
 			return nil
@@ -127,8 +128,8 @@ func (g *samplerGrain) activate() error {
 		g.rec = r
 		return nil
 	})
-	g.latest, g.runEnded = run.LatestWeightVersion, Terminal(RunMoves, run.Status)
-	if err == nil && g.rec.Status == SamplerReady {
+	g.latest, g.runEnded = run.LatestWeightVersion, states.Terminal(states.RunMoves, run.Status)
+	if err == nil && g.rec.Status == states.SamplerReady {
 		g.sys.reminders.At(g.reminder(), g.rec.LastActivityAt.Add(g.sys.cfg.SamplerIdle))
 	}
 	return err
@@ -163,7 +164,7 @@ func (g *samplerGrain) owner() persistence.Tenant { return g.rec.Tenant }
 func (g *samplerGrain) nextSeq() int64            { return g.rec.NextSeqID }
 
 func (g *samplerGrain) takes() error {
-	if g.rec.Status == SamplerRetired {
+	if g.rec.Status == states.SamplerRetired {
 		return refuse(CodeSamplerNotServing, "sampler %s is retired", g.ID)
 	}
 	return nil
@@ -191,9 +192,9 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 	var op *persistence.Operation
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
-		first := OpPending // an operation that waits for a weight version starts parked
+		first := states.OpPending // an operation that waits for a weight version starts parked
 		if required != nil && *required > r.SyncedWeightVersion {
-			first = OpParked
+			first = states.OpParked
 		}
 		op = &persistence.Operation{
 			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
@@ -201,7 +202,7 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload,
 		}
 		if required != nil && *required > g.latest && g.runEnded {
-			if err := settle(op, OpFailed, CodeUnreachable, fmt.Sprintf(
+			if err := settle(op, states.OpFailed, CodeUnreachable, fmt.Sprintf(
 				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now); err != nil {
 				return err
 			}
@@ -214,7 +215,7 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 		return nil, err
 	}
 	g.sys.cfg.Metrics.Accepted(sub.Kind)
-	if op.Status == OpPending || op.Status == OpParked {
+	if op.Status == states.OpPending || op.Status == states.OpParked {
 		g.waits[op.SeqID] = required
 		if len(g.queue) < parsedKeep {
 			g.parsed[op.SeqID] = parsed
@@ -271,7 +272,7 @@ func (g *samplerGrain) failUnreachable() {
 			if req == nil || *req <= g.latest {
 				return false, true, nil
 			}
-			return true, false, settle(op, OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
+			return true, false, settle(op, states.OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
 		})
 		return err
 	})
@@ -317,15 +318,15 @@ func (g *samplerGrain) forget(seq int64) {
 // behind (or when released), unparks what the synced version satisfies,
 // and starts the next run-scoped sample or, in seq order, operation.
 func (g *samplerGrain) kick() {
-	if g.Err != nil || g.rec.Status == SamplerRetired || g.syncing != 0 {
+	if g.Err != nil || g.rec.Status == states.SamplerRetired || g.syncing != 0 {
 		return
 	}
 	if g.latest > 0 && g.latest > g.failedAt &&
-		(g.latest > g.rec.SyncedWeightVersion || g.rec.Status == SamplerAbsent || g.rec.Status == SamplerProvisioning) {
+		(g.latest > g.rec.SyncedWeightVersion || g.rec.Status == states.SamplerAbsent || g.rec.Status == states.SamplerProvisioning) {
 		g.sync(g.latest)
 		return
 	}
-	if g.rec.Status != SamplerReady {
+	if g.rec.Status != states.SamplerReady {
 		return
 	}
 	// Run-scoped samples go as soon as the sampler holds their version: they
@@ -353,7 +354,7 @@ func (g *samplerGrain) kick() {
 		g.sys.log.Error("start sampler operation", "sampler", g.ID, "seq", seq, "err", err)
 		return
 	}
-	if req := g.required(op); op.Status != OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
+	if req := g.required(op); op.Status != states.OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
 		return // parked: the sampler follows the run and will get there
 	}
 	g.queue = g.queue[1:]
@@ -366,10 +367,10 @@ func (g *samplerGrain) kick() {
 func (g *samplerGrain) sync(version int64) {
 	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
 		switch r.Status {
-		case SamplerReady, SamplerFailed:
-			return move(SamplerMoves, &r.Status, SamplerSyncing)
-		case SamplerAbsent:
-			return move(SamplerMoves, &r.Status, SamplerProvisioning)
+		case states.SamplerReady, states.SamplerFailed:
+			return states.Move(states.SamplerMoves, &r.Status, states.SamplerSyncing)
+		case states.SamplerAbsent:
+			return states.Move(states.SamplerMoves, &r.Status, states.SamplerProvisioning)
 		}
 		return nil // provisioning or syncing already (an activation after a crash)
 	})
@@ -392,14 +393,14 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		r.SyncedWeightVersion, r.ErrorCode = s.Version, ""
-		if err := move(SamplerMoves, &r.Status, SamplerReady); err != nil {
+		if err := states.Move(states.SamplerMoves, &r.Status, states.SamplerReady); err != nil {
 			return err
 		}
 		now := g.sys.now()
 		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			if req := g.required(op); op.Status == OpParked && (req == nil || *req <= s.Version) {
+			if req := g.required(op); op.Status == states.OpParked && (req == nil || *req <= s.Version) {
 				op.UpdatedAt = now
-				return true, true, move(OpMoves, &op.Status, OpPending)
+				return true, true, states.Move(states.OpMoves, &op.Status, states.OpPending)
 			}
 			return false, true, nil
 		})
@@ -424,7 +425,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 	var left []int64
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) (err error) {
 		r.ErrorCode = s.Code
-		if err := move(SamplerMoves, &r.Status, SamplerFailed); err != nil {
+		if err := states.Move(states.SamplerMoves, &r.Status, states.SamplerFailed); err != nil {
 			return err
 		}
 		now := g.sys.now()
@@ -432,7 +433,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			if req := g.required(op); req != nil && *req > s.Version {
 				return false, true, nil
 			}
-			return true, false, settle(op, OpFailed, CodeSamplerFailed, msg, now)
+			return true, false, settle(op, states.OpFailed, CodeSamplerFailed, msg, now)
 		})
 		return err
 	})
@@ -446,7 +447,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			waiting = append(waiting, j)
 			continue
 		}
-		g.sys.run(j.ReplyID).execDone(&done{Epoch: j.Epoch, SeqID: j.SeqID, Status: OpFailed, Code: CodeSamplerFailed, Message: msg})
+		g.sys.run(j.ReplyID).execDone(&done{Epoch: j.Epoch, SeqID: j.SeqID, Status: states.OpFailed, Code: CodeSamplerFailed, Message: msg})
 	}
 	g.forRun = waiting
 	return nil
@@ -469,7 +470,7 @@ func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if d == nil {
 		return nil, err
 	}
-	if d.Status == OpPending { // cut by the node's stop: it runs again after the next start
+	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
 		if err := g.write(func(tx persistence.Tx, _ *persistence.Sampler) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
 			return nil, err
 		}
@@ -531,7 +532,7 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
 // comes back on the next demand); one used since, or busy, is reminded
 // again when it could next be idle.
 func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
-	if g.rec.Status != SamplerReady {
+	if g.rec.Status != states.SamplerReady {
 		return struct{}{}, nil // it is reminded again when it is next ready
 	}
 	now := g.sys.now()
@@ -544,7 +545,7 @@ func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
 		return struct{}{}, nil
 	}
 	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
-		return move(SamplerMoves, &r.Status, SamplerAbsent)
+		return states.Move(states.SamplerMoves, &r.Status, states.SamplerAbsent)
 	})
 	if err == nil {
 		g.sys.samplingRelease(g.ID)
@@ -593,7 +594,7 @@ func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.
 	if !strings.HasPrefix(owner, SamplerPrefix) {
 		return nil, refuse(CodeInvalidState, "operation %s is run %s's: a run's operations are ordered, so cancel the run (POST /v1/training/runs/%s/cancel)", id, op.RunID, op.RunID)
 	}
-	if Terminal(OpMoves, op.Status) {
+	if states.Terminal(states.OpMoves, op.Status) {
 		return op, nil
 	}
 	return s.sampler(owner).cancelOp(op.SeqID)
@@ -611,10 +612,10 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 	var op *persistence.Operation
 	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
 		var err error
-		if op, err = g.op(tx, *seq); err != nil || Terminal(OpMoves, op.Status) || *seq == g.executing {
+		if op, err = g.op(tx, *seq); err != nil || states.Terminal(states.OpMoves, op.Status) || *seq == g.executing {
 			return err
 		}
-		if err := settle(op, OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now()); err != nil {
+		if err := settle(op, states.OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now()); err != nil {
 			return err
 		}
 		return g.putOp(tx, op)
@@ -622,7 +623,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if op.Status == OpCancelled {
+	if op.Status == states.OpCancelled {
 		g.queue = slices.DeleteFunc(g.queue, func(q int64) bool { return q == *seq })
 		g.forget(*seq)
 		g.kick()
@@ -635,18 +636,18 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 // retire ends the sampler with its run: queued operations are cancelled,
 // its adapter leaves memory, and it takes no more work.
 func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
-	if g.rec.Status == SamplerRetired {
+	if g.rec.Status == states.SamplerRetired {
 		return struct{}{}, nil
 	}
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.sys.now()
 		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			return true, false, settle(op, OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
+			return true, false, settle(op, states.OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
 		})
 		if err != nil {
 			return err
 		}
-		return move(SamplerMoves, &r.Status, SamplerRetired)
+		return states.Move(states.SamplerMoves, &r.Status, states.SamplerRetired)
 	})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/sampler"
@@ -178,7 +179,7 @@ func (e *samplingExecutor) work() {
 		}
 		if e.cut.Load() {
 			for _, f := range e.requests() {
-				e.end(f, &done{Status: OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
+				e.end(f, &done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
 			}
 			return
 		}
@@ -214,7 +215,7 @@ func (e *samplingExecutor) launch() {
 	for _, f := range e.starting {
 		switch {
 		case f.cancelled:
-			e.end(f, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"})
+			e.end(f, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"})
 		case f.kv > 0:
 			ready = append(ready, f)
 		default:
@@ -316,7 +317,7 @@ func (e *samplingExecutor) begin(j *samplingJob) {
 	start := time.Now()
 	if _, ok := e.cancelled[j.ref()]; ok && j.Kind != "" {
 		delete(e.cancelled, j.ref())
-		e.report(j, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
+		e.report(j, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
 		return
 	}
 	if err := grain.Guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
@@ -457,7 +458,7 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 		}
 		switch {
 		case f.cancelled:
-			e.end(f, &done{Status: OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"})
+			e.end(f, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"})
 		case err != nil:
 			e.end(f, failure(context.Background(), err))
 		case f.stream.Done():
@@ -497,7 +498,7 @@ func succeeded(res any, tokens int64) *done {
 	if err != nil {
 		return failure(context.Background(), fmt.Errorf("encode result: %w", err))
 	}
-	return &done{Status: OpSucceeded, Result: raw, Tokens: tokens}
+	return &done{Status: states.OpSucceeded, Result: raw, Tokens: tokens}
 }
 
 // report tells the job's grain how it ended.

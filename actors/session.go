@@ -13,6 +13,7 @@ import (
 
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -88,7 +89,7 @@ func (s *System) CreateSession(req NewSession) (sess *Session, created bool, err
 	l := lease.Grant(now, lease.TTL(req.IdleTTLSeconds, providers.LeaseLimit(provider)))
 	fresh := &persistence.Session{
 		ID: NewID(SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
-		Status: SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
+		Status: states.SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
 		MaxCostMicroUSD: ceiling, Capability: capability, CapabilitySnapshot: capability,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
@@ -232,14 +233,14 @@ func (g *sessionGrain) activate() error {
 		if !l.Revoked {
 			l.Epoch++
 		}
-		g.epoch, g.closing = l.Epoch, ss.Status == SessionClosing
+		g.epoch, g.closing = l.Epoch, ss.Status == states.SessionClosing
 		if g.closing && ss.RunID != "" {
 			var r persistence.Run
 			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &r); err != nil {
 				return err
 			}
-			if Terminal(RunMoves, r.Status) {
-				if err := move(SessionMoves, &ss.Status, SessionClosed); err != nil {
+			if states.Terminal(states.RunMoves, r.Status) {
+				if err := states.Move(states.SessionMoves, &ss.Status, states.SessionClosed); err != nil {
 					return err
 				}
 				g.closing, ss.UpdatedAt = false, g.sys.now()
@@ -276,12 +277,12 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 		if err := fn(tx, &ss, l); err != nil {
 			return err
 		}
-		if ss.Status != SessionReady {
+		if ss.Status != states.SessionReady {
 			l.Revoke() // the session has left ready: its lease ends with it
 		}
 		ss.UpdatedAt = g.sys.now()
 		out = sessionView(&ss, l)
-		ended = Terminal(SessionMoves, ss.Status) && !Terminal(SessionMoves, was)
+		ended = states.Terminal(states.SessionMoves, ss.Status) && !states.Terminal(states.SessionMoves, was)
 		if err := tx.Put(persistence.Leases, []byte(g.ID), l); err != nil {
 			return err
 		}
@@ -293,8 +294,8 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 	if ended {
 		g.sys.adm.close(out.Tenant.Org, sessionKind)
 	}
-	g.closing = out.Status == SessionClosing
-	if out.Status != SessionReady {
+	g.closing = out.Status == states.SessionClosing
+	if out.Status != states.SessionReady {
 		g.sys.reminders.Cancel(sessionReminder(g.ID))
 	}
 	return out, nil
@@ -302,7 +303,7 @@ func (g *sessionGrain) update(t *persistence.Tenant, fn func(tx persistence.Tx, 
 
 // live refuses a session that cannot take new work.
 func (g *sessionGrain) live(ss *persistence.Session, l *lease.Lease) error {
-	if ss.Status != SessionReady {
+	if ss.Status != states.SessionReady {
 		return refuse(CodeSessionNotReady, "session %s is %s", ss.ID, ss.Status)
 	}
 	if !l.Live(g.sys.now()) {
@@ -421,7 +422,7 @@ func (g *sessionGrain) newRun(tx persistence.Tx, ss *persistence.Session, req *N
 	now := g.sys.now()
 	return &persistence.Run{
 		ID: id, SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID,
-		Status: RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
+		Status: states.RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
 		TuningMode: "lora", LoRA: *req.LoRA, CheckpointID: req.CheckpointID, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}, nil
 }
@@ -438,7 +439,7 @@ func (g *sessionGrain) close(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return g.end(t, SessionClosing, RunCancelled, "")
+	return g.end(t, states.SessionClosing, states.RunCancelled, "")
 }
 
 // remind is the lease's reminder: a lease renewed since it was armed arms
@@ -458,7 +459,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 		return nil, err
 	}
 	switch {
-	case ss.Status != SessionReady || l.Revoked:
+	case ss.Status != states.SessionReady || l.Revoked:
 		return struct{}{}, nil
 	case !g.sys.now().After(l.ExpiresAt):
 		g.sys.reminders.At(sessionReminder(g.ID), l.ExpiresAt)
@@ -480,7 +481,7 @@ func (g *sessionGrain) remind(actor.Context, grain.In) (any, error) {
 			return out, err
 		}
 	}
-	return g.end(nil, SessionTimedOut, RunTimedOut, CodeTimedOut)
+	return g.end(nil, states.SessionTimedOut, states.RunTimedOut, CodeTimedOut)
 }
 
 // end moves the session to status and ends its run with runStatus. A closing
@@ -489,13 +490,13 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 	var runID string
 	ss, err := g.update(t, func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		runID = ""
-		if ss.Status == status || ss.Status == SessionClosed && status == SessionClosing {
+		if ss.Status == status || ss.Status == states.SessionClosed && status == states.SessionClosing {
 			return nil // a repeat
 		}
-		if status == SessionTimedOut && l.Live(g.sys.now()) {
+		if status == states.SessionTimedOut && l.Live(g.sys.now()) {
 			return nil // renewed after the reminder saw it expired
 		}
-		if err := move(SessionMoves, &ss.Status, status); err != nil {
+		if err := states.Move(states.SessionMoves, &ss.Status, status); err != nil {
 			return refuse(CodeInvalidState, "session %s is %s", ss.ID, ss.Status)
 		}
 		ss.ErrorCode = code
@@ -504,13 +505,13 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 			if _, err := tx.Get(persistence.Runs, []byte(ss.RunID), &r); err != nil {
 				return err
 			}
-			if !Terminal(RunMoves, r.Status) {
+			if !states.Terminal(states.RunMoves, r.Status) {
 				runID = r.ID
 				return nil
 			}
 		}
-		if ss.Status == SessionClosing {
-			return move(SessionMoves, &ss.Status, SessionClosed)
+		if ss.Status == states.SessionClosing {
+			return states.Move(states.SessionMoves, &ss.Status, states.SessionClosed)
 		}
 		return nil
 	})
@@ -524,8 +525,8 @@ func (g *sessionGrain) end(t *persistence.Tenant, status, runStatus, code string
 // runEnded closes a closing session once its run has ended.
 func (g *sessionGrain) runEnded(actor.Context, grain.In) (any, error) {
 	return g.update(nil, func(_ persistence.Tx, ss *persistence.Session, _ *lease.Lease) error {
-		if ss.Status == SessionClosing {
-			return move(SessionMoves, &ss.Status, SessionClosed)
+		if ss.Status == states.SessionClosing {
+			return states.Move(states.SessionMoves, &ss.Status, states.SessionClosed)
 		}
 		return nil
 	})

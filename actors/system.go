@@ -26,6 +26,7 @@ import (
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/reminder"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
@@ -171,7 +172,7 @@ func Start(cfg Config) (*System, error) {
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
-	pool := actor.WithDispatcher(newWorkerPool(workerIdle))
+	pool := actor.WithDispatcher(grain.Dispatcher())
 	props := func(a func() actor.Actor) *actor.Props { return actor.PropsFromProducer(a, pool) }
 	s.exec = newExecutor(s)
 	s.executor = s.actors.Root.Spawn(props(func() actor.Actor { return s.exec }))
@@ -267,7 +268,7 @@ func (s *System) wakeRuns() error {
 			if err := persistence.Decode(raw, &r); err != nil {
 				return false, err
 			}
-			if !Terminal(RunMoves, r.Status) {
+			if !states.Terminal(states.RunMoves, r.Status) {
 				ids = append(ids, r.ID)
 				s.adm.live[liveKey{r.Tenant.Org, runKind}]++
 			}
@@ -281,7 +282,7 @@ func (s *System) wakeRuns() error {
 			if err := persistence.Decode(raw, &ss); err != nil {
 				return false, err
 			}
-			if !Terminal(SessionMoves, ss.Status) {
+			if !states.Terminal(states.SessionMoves, ss.Status) {
 				s.adm.live[liveKey{ss.Tenant.Org, sessionKind}]++
 			}
 			return true, nil
@@ -295,7 +296,7 @@ func (s *System) wakeRuns() error {
 			return fmt.Errorf("wake run %s: %w", id, err)
 		}
 	}
-	for _, id := range s.samplersIn(SamplerProvisioning, SamplerSyncing, SamplerReady) {
+	for _, id := range s.samplersIn(states.SamplerProvisioning, states.SamplerSyncing, states.SamplerReady) {
 		if err := s.sampler(id).wake(); err != nil {
 			return fmt.Errorf("wake sampler %s: %w", id, err)
 		}
@@ -347,7 +348,7 @@ func migrateLeases(st persistence.Store) error {
 			if err := persistence.Decode(raw, &old); err != nil {
 				return false, err
 			}
-			todo[string(k)] = lease.Lease{Epoch: old.Epoch, ExpiresAt: old.ExpiresAt, TTLSeconds: old.TTL, Revoked: old.Status != SessionReady}
+			todo[string(k)] = lease.Lease{Epoch: old.Epoch, ExpiresAt: old.ExpiresAt, TTLSeconds: old.TTL, Revoked: old.Status != states.SessionReady}
 			return true, nil
 		})
 	})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
@@ -82,7 +83,7 @@ func wait(t *testing.T, s *System, id string) *persistence.Operation {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if Terminal(OpMoves, op.Status) {
+		if states.Terminal(states.OpMoves, op.Status) {
 			return op
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -117,7 +118,7 @@ func newRun(t *testing.T, s *System) (*Session, *persistence.Run) {
 
 func loss(t *testing.T, op *persistence.Operation) float64 {
 	t.Helper()
-	if op.Status != OpSucceeded {
+	if op.Status != states.OpSucceeded {
 		t.Fatalf("operation %d %s: %s %v", op.SeqID, op.Kind, op.Status, op.ErrorMessage)
 	}
 	var r forwardResult
@@ -217,7 +218,7 @@ func TestLeaseExpiry(t *testing.T) {
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
 	offset.Add(int64(ttl - 10*time.Second)) // within the lease the operation extended
 	s.reminders.Due()
-	if st, _ := status(); st != SessionReady {
+	if st, _ := status(); st != states.SessionReady {
 		t.Fatalf("session %s before its lease ended", st)
 	}
 	if _, err := s.Heartbeat(tenant, ss.ID); err != nil {
@@ -225,7 +226,7 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	offset.Add(int64(ttl - 10*time.Second)) // past the first lease, within the heartbeat's
 	s.reminders.Due()
-	if st, _ := status(); st != SessionReady {
+	if st, _ := status(); st != states.SessionReady {
 		t.Fatalf("session %s: the heartbeat did not extend the lease", st)
 	}
 
@@ -239,7 +240,7 @@ func TestLeaseExpiry(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, rs := status()
-		if st == SessionTimedOut && rs == RunTimedOut {
+		if st == states.SessionTimedOut && rs == states.RunTimedOut {
 			break
 		}
 		if time.Now().After(deadline) {

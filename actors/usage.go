@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
 )
@@ -41,7 +42,7 @@ func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID stri
 // the trainer's release; a sampler's settles when observed.
 func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
 	op.Usage = nil
-	for _, rd := range providers.Meter(kindOf(op.Kind).meter, d.Status == OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
+	for _, rd := range providers.Meter(kindOf(op.Kind).meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		status, settledAt := providers.Settled, &now
 		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
 			status, settledAt = providers.Pending, nil
@@ -62,7 +63,7 @@ func settleUsage(tx persistence.Tx, runID string, now time.Time) error {
 		pending := false
 		for i := range op.Usage {
 			if u := &op.Usage[i]; u.SettlementStatus == providers.Pending {
-				if err := move(SettlementMoves, &u.SettlementStatus, providers.Settled); err != nil {
+				if err := states.Move(states.SettlementMoves, &u.SettlementStatus, providers.Settled); err != nil {
 					return err
 				}
 				u.SettledAt, pending = &now, true

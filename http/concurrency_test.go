@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/kernels/model"
@@ -116,9 +117,9 @@ func TestConcurrency(t *testing.T) {
 					}
 					done := 0
 					for _, o := range p.Items {
-						if o.Status == actors.OpSucceeded {
+						if o.Status == states.OpSucceeded {
 							done++
-						} else if actors.Terminal(actors.OpMoves, o.Status) {
+						} else if states.Terminal(states.OpMoves, o.Status) {
 							return fmt.Errorf("run %s op %d: %s", rid, o.SeqID, o.Status)
 						}
 					}

@@ -13,9 +13,9 @@ import (
 
 // Local is a message between actors of one node: its request travels as
 // the Go value it is, where a wire.Call carries msgpack bytes. Encoding and
-// decoding every message and reply was a ninth of the service's CPU under
-// load (bench/README.md), and much of its garbage, for envelopes that never
-// left the process. What a message or a reply holds belongs to its receiver
+// decoding every message and reply was a large share of the service's CPU
+// and garbage under load (bench/README.md) for envelopes that never left
+// the process. What a message or a reply holds belongs to its receiver
 // from then on: senders build them fresh and keep no reference that they
 // change.
 type Local struct {

@@ -101,8 +101,8 @@ func (r *Router) localPID(kind, id string) *actor.PID {
 
 // Tell sends a message to a grain without waiting for an answer. A grain
 // the PID cache places on this node gets it at once; otherwise the cluster
-// looks the grain up (a request to its placement actor, which was 1.9% of
-// the service's CPU under load when every executor report made one).
+// looks the grain up (a request to its placement actor, which showed in the
+// API benchmark's profiles when every executor report made one).
 func (r *Router) Tell(kind, id, method string, msg any) {
 	r.deliver(kind, id, &Local{Method: method, Val: msg})
 }

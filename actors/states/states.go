@@ -1,4 +1,8 @@
-package actors
+// Package states holds the state machines of the service's records, as
+// tables: sessions, runs, operations, samplers, checkpoints and artifacts,
+// exports and usage settlement. A status moves only along an edge its table
+// lists (Move); docs/states.md prints them.
+package states
 
 import (
 	"errors"
@@ -7,12 +11,9 @@ import (
 	"github.com/wts-project/wts/providers"
 )
 
-// The state machines of sessions, runs, operations, samplers, checkpoints
-// and artifacts, exports and usage components, as tables: a status may move
-// only to the statuses listed for it. A record is created in its first
-// status, and every later change goes through move (TestStatusesMoveByTable
-// finds any other assignment), so the tables are the whole rule
-// (docs/states.md prints them).
+// A record is created in its first status, and every later change goes
+// through Move (actors' TestStatusesMoveByTable finds any other assignment),
+// so the tables are the whole rule.
 
 // Session statuses.
 const (
@@ -47,6 +48,23 @@ const (
 	OpSucceeded = "succeeded"
 	OpFailed    = "failed"
 	OpCancelled = "cancelled"
+)
+
+// Checkpoint and artifact statuses.
+const (
+	Available = "available"
+	Retired   = "retired"
+)
+
+// Export statuses: an export is accepted pending, moves to uploading when
+// the exporter takes it, and ends succeeded or failed (with an error code).
+// After a restart, pending and uploading exports are taken again: every
+// step of the Hub protocol may be repeated.
+const (
+	ExportPending   = "pending"
+	ExportUploading = "uploading"
+	ExportSucceeded = "succeeded"
+	ExportFailed    = "failed"
 )
 
 // Sampler statuses.
@@ -126,19 +144,19 @@ var SettlementMoves = map[string][]string{
 	providers.Settled: {},
 }
 
-// errIllegalMove is a status change that its table does not allow: a bug
+// ErrIllegalMove is a status change that its table does not allow: a bug
 // of the service, which fails the write that tried it.
-var errIllegalMove = errors.New("illegal status change")
+var ErrIllegalMove = errors.New("illegal status change")
 
-// move sets *status to to if the table allows it.
-func move(table map[string][]string, status *string, to string) error {
+// Move sets *status to to if the table allows it.
+func Move(table map[string][]string, status *string, to string) error {
 	for _, s := range table[*status] {
 		if s == to {
 			*status = to
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %q -> %q", errIllegalMove, *status, to)
+	return fmt.Errorf("%w: %q -> %q", ErrIllegalMove, *status, to)
 }
 
 // Terminal reports whether a status has no way out.

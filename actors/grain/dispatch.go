@@ -1,4 +1,4 @@
-package actors
+package grain
 
 import (
 	"time"
@@ -8,11 +8,9 @@ import (
 
 // workerPool is the dispatcher this node's actors run their mailboxes on.
 // protoactor's default starts a goroutine for every run of a mailbox, so
-// each batch of a grain's messages began on a fresh stack and grew it: at
-// 64 clients in bench/apibench, copying the stack of the grain that opened a
-// store read transaction was 1.3% of the node's CPU (3.5% with the engine
-// at nice 10, where grains ran more often). A worker here keeps its
-// grown stack for the next mailbox. One starts whenever none is idle, so a
+// each batch of a grain's messages began on a fresh stack and grew it
+// (copying stacks showed in the API benchmark's profiles: bench/README.md).
+// A worker here keeps its grown stack for the next mailbox. One starts whenever none is idle, so a
 // mailbox waiting on another actor never holds up a second one; one that
 // stays idle for the pool's idle time ends.
 type workerPool struct {
@@ -27,6 +25,10 @@ const mailboxThroughput = 300
 // workerIdle is how long an idle worker of the node's pool waits for a
 // mailbox before it ends.
 const workerIdle = 10 * time.Second
+
+// Dispatcher is the node's mailbox dispatcher: a pool of workers that keep
+// their grown stacks (see workerPool).
+func Dispatcher() actor.Dispatcher { return newWorkerPool(workerIdle) }
 
 var _ actor.Dispatcher = (*workerPool)(nil)
 
