@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/kernels/model"
@@ -31,9 +32,9 @@ type ordered interface {
 // submitRules are what a grain's submissions are checked against; none of
 // it changes while the grain is active.
 type submitRules struct {
-	what    string   // "run" or "sampler", for refusals and the queue limits
-	scope   scope    // where the kinds are submitted
-	offered []string // the kinds the session's capability row offers there
+	what    string         // "run" or "sampler", for refusals and the queue limits
+	scope   executor.Scope // where the kinds are submitted
+	offered []string       // the kinds the session's capability row offers there
 	model   model.Config
 	// run is the run whose checkpoints load_state and export_lora may
 	// name (nil for a sampler).
@@ -87,18 +88,18 @@ func (o *opOwner) admit(in grain.In, g ordered) (*Accepted, error) {
 // was sent, and its payload against the kind's schema, the model, the
 // node's memory and (load_state, export_lora) the checkpoint it names.
 func (s *System) checkPayload(sub *Submission, r *submitRules) (payload.Parsed, error) {
-	if kindOf(sub.Kind).scope&r.scope == 0 || !slices.Contains(r.offered, sub.Kind) {
+	if executor.KindOf(sub.Kind).Scope&r.scope == 0 || !slices.Contains(r.offered, sub.Kind) {
 		return nil, refuse(CodeUnsupported, "operation %s is not offered here", sub.Kind)
 	}
-	p, err := parse(sub.Kind, sub.Payload)
+	p, err := executor.Parse(sub.Kind, sub.Payload)
 	if err != nil {
 		return nil, schemaRefusal(err)
 	}
 	if err := payload.CheckModel(p, r.model); err != nil {
 		return nil, engineRefusal(err)
 	}
-	if kv := requestKV(r.model, p); kv > 0 {
-		if err := s.mem.fits("the request's KV caches", kv); err != nil {
+	if kv := executor.RequestKV(r.model, p); kv > 0 {
+		if err := s.mem.Fits("the request's KV caches", kv); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 )
@@ -17,15 +18,15 @@ func TestChore(t *testing.T) {
 	_, run := newRun(t, s)
 	want := errors.New("the chore's own failure")
 	ran := 0
-	if err := s.exec.Chore("acme", "a", func(*executor) error { ran++; return want }); !errors.Is(err, want) || ran != 1 {
+	if err := s.exec.Chore("acme", "a", func(*executor.Trainer) error { ran++; return want }); !errors.Is(err, want) || ran != 1 {
 		t.Fatalf("chore: %v, ran %d times", err, ran)
 	}
-	if err := s.exec.Chore("acme", "b", func(*executor) error { panic("chore fault") }); !errors.Is(err, grain.ErrPanic) {
+	if err := s.exec.Chore("acme", "b", func(*executor.Trainer) error { panic("chore fault") }); !errors.Is(err, grain.ErrPanic) {
 		t.Fatalf("a panicking chore: %v", err)
 	}
 	loss(t, submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1)))
 	s.Stop(context.Background())
-	if err := s.exec.Chore("acme", "c", func(*executor) error { return nil }); AsError(err).Code != CodeUnavailable {
+	if err := s.exec.Chore("acme", "c", func(*executor.Trainer) error { return nil }); AsError(err).Code != CodeUnavailable {
 		t.Fatalf("a chore after the stop: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/persistence"
 )
@@ -50,18 +51,6 @@ const (
 // remindMsg is every kind's reminder ("session.remind", ...).
 const remindMsg = ".remind"
 
-// Messages of the executors.
-const (
-	execJob         = "exec.job"
-	execCancel      = "exec.cancel"
-	execRelease     = "exec.release"
-	execTrim        = "exec.trim"
-	samplingJobMsg  = "samp.job"
-	samplingCancel  = "samp.cancel"
-	samplingRelease = "samp.release"
-	samplingTrim    = "samp.trim"
-)
-
 // ref is a typed client's grain: its kind and id, and the router that
 // reaches it.
 type ref struct {
@@ -107,10 +96,10 @@ func (c runRef) busy() (bool, error) {
 
 // The executors' reports to the run (counted until handled; see
 // grain.Router.Report) and their notes (plain tells).
-func (c runRef) execStarted(st started)        { c.report(runExecStarted, st) }
-func (c runRef) execDone(d *done)              { c.report(runExecDone, d) }
-func (c runRef) execProgress(p progressUpdate) { c.tell(runExecProgress, p) }
-func (c runRef) snapshotted(sn snapshotted)    { c.tell(runSnapshotted, sn) }
+func (c runRef) execStarted(st executor.Started)     { c.report(runExecStarted, st) }
+func (c runRef) execDone(d *executor.Done)           { c.report(runExecDone, d) }
+func (c runRef) execProgress(p executor.Progress)    { c.tell(runExecProgress, p) }
+func (c runRef) snapshotted(sn executor.Snapshotted) { c.tell(runSnapshotted, sn) }
 
 // sessionRef is the client of a session grain.
 type sessionRef struct{ ref }
@@ -150,24 +139,31 @@ func (c samplerRef) runEnded(u weightsUpdate)  { c.notify(samplerRunEnded, u) }
 func (c samplerRef) sampleForRun(rs runSample) { c.notify(samplerSampleForRun, rs) }
 
 // The sampling executor's reports to the sampler.
-func (c samplerRef) execStarted(st started) { c.report(samplerExecStarted, st) }
-func (c samplerRef) execDone(d *done)       { c.report(samplerExecDone, d) }
-func (c samplerRef) synced(s synced)        { c.report(samplerSynced, s) }
+func (c samplerRef) execStarted(st executor.Started) { c.report(samplerExecStarted, st) }
+func (c samplerRef) execDone(d *executor.Done)       { c.report(samplerExecDone, d) }
+func (c samplerRef) synced(s executor.Synced)        { c.report(samplerSynced, s) }
 
-// The trainer's executor's commands.
-func (s *System) execJob(j *job)        { s.router.Send(s.executor, execJob, j) }
-func (s *System) execCancel(r jobRef)   { s.router.Send(s.executor, execCancel, r) }
-func (s *System) execRelease(r jobRef)  { s.router.Send(s.executor, execRelease, r) }
-func (s *System) execTrim()             { s.router.Send(s.executor, execTrim, struct{}{}) }
-func (s *System) sample(j *samplingJob) { s.router.Send(s.sampling, samplingJobMsg, j) }
-
-// samplingCancel stops a sampling job at its next step.
-func (s *System) samplingCancel(ref samplingRef) { s.router.Send(s.sampling, samplingCancel, ref) }
+// The executors' commands.
+func (s *System) execJob(j *executor.Job)        { s.router.Send(s.executor, executor.MsgJob, j) }
+func (s *System) execCancel(r executor.JobRef)   { s.router.Send(s.executor, executor.MsgCancel, r) }
+func (s *System) execRelease(r executor.JobRef)  { s.router.Send(s.executor, executor.MsgRelease, r) }
+func (s *System) sample(j *executor.SamplingJob) { s.router.Send(s.sampling, executor.MsgSample, j) }
+func (s *System) samplingCancel(r executor.SamplingRef) {
+	s.router.Send(s.sampling, executor.MsgSamplingCancel, r)
+}
 
 // samplingRelease drops a sampler's adapter from the sampling executor.
 func (s *System) samplingRelease(samplerID string) {
-	s.router.Send(s.sampling, samplingRelease, jobRef{RunID: samplerID})
+	s.router.Send(s.sampling, executor.MsgSamplingRelease, executor.JobRef{RunID: samplerID})
 }
 
-// samplingTrim asks the sampling executor to let go of idle adapters.
-func (s *System) samplingTrim() { s.router.Send(s.sampling, samplingTrim, struct{}{}) }
+// reports carries the executors' reports to the grains whose jobs they are.
+type reports struct{ s *System }
+
+func (r reports) RunStarted(id string, st executor.Started)         { r.s.run(id).execStarted(st) }
+func (r reports) RunDone(id string, d *executor.Done)               { r.s.run(id).execDone(d) }
+func (r reports) RunProgress(id string, p executor.Progress)        { r.s.run(id).execProgress(p) }
+func (r reports) RunSnapshotted(id string, sn executor.Snapshotted) { r.s.run(id).snapshotted(sn) }
+func (r reports) SamplerStarted(id string, st executor.Started)     { r.s.sampler(id).execStarted(st) }
+func (r reports) SamplerDone(id string, d *executor.Done)           { r.s.sampler(id).execDone(d) }
+func (r reports) SamplerSynced(id string, sy executor.Synced)       { r.s.sampler(id).synced(sy) }

@@ -27,7 +27,7 @@ type Device struct {
 // Devices are the node's devices and what each has free now.
 func (s *System) Devices() []Device {
 	return []Device{{ID: "cpu0", Kind: "cpu", Name: cpuName(), Threads: par.Workers(),
-		MemoryBytes: s.mem.limit, FreeBytes: max(0, s.mem.limit-s.mem.inUse())}}
+		MemoryBytes: s.mem.Limit(), FreeBytes: max(0, s.mem.Limit()-s.mem.InUse())}}
 }
 
 // cpuName is the processor's model, as the OS names it.

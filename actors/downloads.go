@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
@@ -97,21 +98,17 @@ func (s *System) merged(a *persistence.Artifact, dir string) ([]persistence.Arti
 	if !ok {
 		return nil, refuse(CodeModelUnavailable, "base model %s of artifact %s is no longer in the catalog", run.BaseModel, a.ID)
 	}
-	need := 2 * f32 * entry.Config.Values() // the base model and its merged copy
-	if err := s.mem.fits("merging the artifact into its base model", need); err != nil {
+	need := executor.MergeBytes(entry.Config)
+	if err := s.mem.Fits("merging the artifact into its base model", need); err != nil {
 		return nil, err
 	}
 	var files []persistence.ArtifactFile
-	err := s.exec.Chore(a.Tenant.Org, "merge/"+a.ID, func(e *executor) error {
+	err := s.exec.WithMemory(a.Tenant.Org, "merge/"+a.ID, need, func() error {
 		var ok bool
 		var err error
 		if files, ok, err = readManifest(dir); ok || err != nil {
 			return err // an earlier request built it meanwhile
 		}
-		if err := e.room(need, ""); err != nil {
-			return err
-		}
-		defer s.mem.give(need)
 		files, err = mergeInto(dir, entry.Dir, s.volume.ArtifactDir(a.RunID, a.ID))
 		if err != nil {
 			return fmt.Errorf("merge artifact %s: %w", a.ID, err)

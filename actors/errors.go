@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 )
 
@@ -33,7 +34,8 @@ const (
 
 	// Operation and run error codes (not HTTP replies).
 	CodeInterrupted = "interrupted"
-	CodeCancelled   = "cancelled"
+	CodeCancelled   = executor.CodeCancelled
+	CodeCapacity    = executor.CodeCapacity
 	CodePoisoned    = "run_poisoned"
 	CodeTimedOut    = "lease_expired"
 )

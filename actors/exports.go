@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers/hub"
@@ -58,7 +59,7 @@ func (s *System) CreateExport(req NewExport) (*ExportReply, bool, error) {
 	switch {
 	case a.RunID != req.RunID:
 		return nil, false, refuse(CodeNotEligible, "artifact %s belongs to run %s, not %s", a.ID, a.RunID, req.RunID)
-	case a.Kind != ArtifactLoRA:
+	case a.Kind != executor.ArtifactLoRA:
 		return nil, false, refuse(CodeNotEligible, "artifact %s is a %s; only LoRA adapters can be published to a hub", a.ID, a.Kind)
 	case a.Status != states.Available:
 		return nil, false, refuse(CodeArtifactRetired, "artifact %s was retired with its run", a.ID)

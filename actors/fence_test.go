@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
@@ -49,13 +50,13 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	var ran []*job
-	faultHook = func(j *job) { mu.Lock(); ran = append(ran, j); mu.Unlock() }
-	defer func() { faultHook = func(*job) {} }()
-	stale := &job{RunID: run.ID, Tenant: tenant, Epoch: h.Epoch - 1, OpID: "wto_stale", SeqID: 1000, Kind: payload.Forward,
+	var ran []*executor.Job
+	executor.FaultHook = func(j *executor.Job) { mu.Lock(); ran = append(ran, j); mu.Unlock() }
+	defer func() { executor.FaultHook = func(*executor.Job) {} }()
+	stale := &executor.Job{RunID: run.ID, Tenant: tenant, Epoch: h.Epoch - 1, OpID: "wto_stale", SeqID: 1000, Kind: payload.Forward,
 		Payload: batch(2), BaseModel: run.BaseModel, LoRA: run.LoRA, StateSeq: 1}
 	s.execJob(stale)
-	s.execCancel(jobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
+	s.execCancel(executor.JobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
 	if op := submit(t, s, run.ID, 2, payload.Forward, batch(3)); op.Status != states.OpSucceeded {
 		t.Fatalf("the run's own operation: %s %v", op.Status, op.ErrorMessage)
 	}

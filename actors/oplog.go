@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
@@ -211,8 +212,8 @@ func (o *opOwner) sweepQueue(tx persistence.Tx, queue []int64, fn func(op *persi
 // outcome decodes an executor's report on an operation and keeps it only
 // when it is about the one this activation has executing: a report meant
 // for an older activation is dropped (recovery settled that operation).
-func outcome(in grain.In, epoch uint64, executing int64) (*done, error) {
-	d, err := grain.Decode[done](in)
+func outcome(in grain.In, epoch uint64, executing int64) (*executor.Done, error) {
+	d, err := grain.Decode[executor.Done](in)
 	if err != nil || d.Epoch != epoch || d.SeqID != executing {
 		return nil, err
 	}
@@ -221,8 +222,8 @@ func outcome(in grain.In, epoch uint64, executing int64) (*done, error) {
 
 // startReport decodes an executor's word that an operation began, kept
 // only when it is about the one this activation has executing.
-func startReport(in grain.In, epoch uint64, executing int64) (*started, error) {
-	st, err := grain.Decode[started](in)
+func startReport(in grain.In, epoch uint64, executing int64) (*executor.Started, error) {
+	st, err := grain.Decode[executor.Started](in)
 	if err != nil || st.Epoch != epoch || st.SeqID != executing {
 		return nil, err
 	}
@@ -231,7 +232,7 @@ func startReport(in grain.In, epoch uint64, executing int64) (*started, error) {
 
 // endWith ends op as report d says, with its result and its usage at
 // prices p; trainer: it ran on the run's trainer (see recordUsage).
-func endWith(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) error {
+func endWith(op *persistence.Operation, d *executor.Done, p *priceList, now time.Time, trainer bool) error {
 	if err := settle(op, d.Status, d.Code, d.Message, now); err != nil {
 		return err
 	}

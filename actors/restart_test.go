@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 )
@@ -113,12 +114,12 @@ func TestBusyRunKeepsLease(t *testing.T) {
 // internal_error: the node, the other runs and the same run's next
 // operations go on.
 func TestPanicFailsOneOperation(t *testing.T) {
-	faultHook = func(j *job) {
+	executor.FaultHook = func(j *executor.Job) {
 		if j.Kind == "forward" && j.SeqID == 2 {
 			panic("injected fault")
 		}
 	}
-	defer func() { faultHook = func(*job) {} }()
+	defer func() { executor.FaultHook = func(*executor.Job) {} }()
 	s := start(t, registry(t), t.TempDir())
 	defer s.Stop(context.Background())
 	_, run := newRun(t, s)

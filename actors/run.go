@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
@@ -138,7 +139,7 @@ func (g *runGrain) activate() error {
 				case err != nil:
 				case requeued:
 					g.queue = append(g.queue, op.SeqID)
-				case kindOf(op.Kind).mutates: // it failed on its last attempt
+				case executor.KindOf(op.Kind).Mutates: // it failed on its last attempt
 					r.ErrorCode = CodeInterrupted
 					err = states.Move(states.RunMoves, &r.Status, states.RunInterrupted)
 				}
@@ -252,7 +253,7 @@ func (g *runGrain) rules() (*submitRules, error) {
 		return nil, err
 	}
 	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.run.BaseModel)
-	return &submitRules{what: "run", scope: onRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}, nil
+	return &submitRules{what: "run", scope: executor.OnRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}, nil
 }
 
 // accept writes an admitted operation, keeping its parsed payload near the
@@ -468,8 +469,8 @@ func (g *runGrain) stopWork(code, msg string) {
 	if g.executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.sys.execCancel(jobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.epoch})
-		g.sys.samplingCancel(samplingRef{runKind, g.ID, g.executing})
+		g.sys.execCancel(executor.JobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.epoch})
+		g.sys.samplingCancel(executor.SamplingRef{ForRun: true, ReplyID: g.ID, SeqID: g.executing})
 		return
 	}
 	g.kick()
@@ -510,7 +511,7 @@ func (g *runGrain) kick() {
 // job it marked executing (nil if none).
 type advanced struct {
 	taken int
-	job   *job
+	job   *executor.Job
 }
 
 // advance works through the head of the queue inside a write, with nothing
@@ -553,14 +554,14 @@ func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64)
 
 // jobFor is the executor's job for op, nil for a finish or cancel (which
 // the grain completes itself).
-func (g *runGrain) jobFor(r *persistence.Run, op *persistence.Operation) *job {
+func (g *runGrain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.Job {
 	if op.Kind == payload.Finish || op.Kind == payload.Cancel {
 		return nil
 	}
-	return &job{
-		RunID: r.ID, Tenant: r.Tenant, Epoch: g.epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, parsed: g.parsed[op.SeqID],
+	return &executor.Job{
+		RunID: r.ID, Tenant: r.Tenant, Epoch: g.epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, Parsed: g.parsed[op.SeqID],
 		BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
-		FromCheckpoint: r.CheckpointID != "", WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
+		FromCheckpoint: r.CheckpointID != "", SamplerID: samplerID(r.ID), WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
 	}
 }
 
@@ -585,38 +586,17 @@ func (g *runGrain) ended() {
 	if !states.Terminal(states.RunMoves, g.run.Status) {
 		return
 	}
-	g.sys.execRelease(jobRef{RunID: g.ID, Epoch: g.epoch})
+	g.sys.execRelease(executor.JobRef{RunID: g.ID, Epoch: g.epoch})
 	if g.run.SamplerID != "" {
 		g.sys.sampler(g.run.SamplerID).runEnded(weightsUpdate{g.run.LatestWeightVersion})
 	}
 	g.sys.session(g.run.SessionID).runEnded()
 }
 
-// done is the executor's report on one operation.
-type done struct {
-	Epoch       uint64
-	SeqID       int64
-	Status      string // succeeded, failed or cancelled
-	Code        string
-	Message     string
-	Result      json.RawMessage
-	Metrics     map[string]float64 // the step record's values, for fwd-bwd and optim_step
-	Tokens      int64              // token positions the model processed
-	Steps       int64
-	DurationMS  float64
-	SnapshotSeq int64 // a snapshot was taken after this operation
-
-	Checkpoint *persistence.Checkpoint // what save_state wrote
-	Artifact   *persistence.Artifact   // what export_lora wrote
-
-	WeightVersion int64 // a weight version saved for the sampler
-	Handoff       bool  // a run-scoped sample goes on in the sampler
-}
-
 // snapshotted records a snapshot the executor wrote when it evicted the
 // run's trainer: the next rebuild starts there.
 func (g *runGrain) snapshotted(_ actor.Context, in grain.In) (any, error) {
-	sn, err := grain.Decode[snapshotted](in)
+	sn, err := grain.Decode[executor.Snapshotted](in)
 	if err != nil || sn.Epoch != g.epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
 		return nil, err
 	}
@@ -670,9 +650,9 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 			r.SnapshotSeq = d.SnapshotSeq
 		}
 		switch {
-		case d.Status == states.OpSucceeded && kindOf(op.Kind).mutates:
+		case d.Status == states.OpSucceeded && executor.KindOf(op.Kind).Mutates:
 			r.StateSeq, r.Steps = d.SeqID, d.Steps
-		case d.Status == states.OpFailed && kindOf(op.Kind).mutates && !states.Terminal(states.RunMoves, r.Status) && r.Status != states.RunCancelRequested:
+		case d.Status == states.OpFailed && executor.KindOf(op.Kind).Mutates && !states.Terminal(states.RunMoves, r.Status) && r.Status != states.RunCancelRequested:
 			r.ErrorCode = d.Code
 			if err := states.Move(states.RunMoves, &r.Status, states.RunPoisoned); err != nil {
 				return err
@@ -741,7 +721,7 @@ func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version 
 // handOff records the weights a run-scoped sample runs at (creating the
 // sampler if needed) and gives the sample to the sampler; the operation
 // stays executing until the sampler reports its outcome here.
-func (g *runGrain) handOff(d *done) error {
+func (g *runGrain) handOff(d *executor.Done) error {
 	var body json.RawMessage
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		op, err := g.op(tx, d.SeqID)
@@ -758,16 +738,8 @@ func (g *runGrain) handOff(d *done) error {
 	return nil
 }
 
-// progressUpdate is the executor's progress report on the executing
-// operation.
-type progressUpdate struct {
-	Epoch    uint64
-	SeqID    int64
-	Progress json.RawMessage
-}
-
 func (g *runGrain) execProgress(_ actor.Context, in grain.In) (any, error) {
-	p, err := grain.Decode[progressUpdate](in)
+	p, err := grain.Decode[executor.Progress](in)
 	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
 		return nil, err
 	}

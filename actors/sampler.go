@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/states"
@@ -36,14 +37,14 @@ const (
 type samplerGrain struct {
 	opOwner
 	rec       *persistence.Sampler
-	queue     []int64        // accepted, not started, in seq order (pending or parked)
-	executing int64          // the sampler operation on the executor, 0 if none
-	syncing   int64          // the weight version a sync in flight loads, 0 if none
-	latest    int64          // the run's latest weight version
-	runEnded  bool           // the run is terminal: latest is final
-	forRun    []*samplingJob // run-scoped samples waiting for their weight version
-	failedAt  int64          // the version whose sync failed: not retried until a newer one
-	priceList *priceList     // the session's billing snapshot, read once
+	queue     []int64                 // accepted, not started, in seq order (pending or parked)
+	executing int64                   // the sampler operation on the executor, 0 if none
+	syncing   int64                   // the weight version a sync in flight loads, 0 if none
+	latest    int64                   // the run's latest weight version
+	runEnded  bool                    // the run is terminal: latest is final
+	forRun    []*executor.SamplingJob // run-scoped samples waiting for their weight version
+	failedAt  int64                   // the version whose sync failed: not retried until a newer one
+	priceList *priceList              // the session's billing snapshot, read once
 	// waits holds, by seq_id, the weight version each queued operation
 	// requires (nil: none), and parsed the parsed payloads of those near
 	// the head (as a run's grain keeps them), so that a payload is parsed
@@ -181,7 +182,7 @@ func (g *samplerGrain) rules() (*submitRules, error) {
 		return nil, err
 	}
 	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.rec.BaseModel)
-	return &submitRules{what: "sampler", scope: onSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}, nil
+	return &submitRules{what: "sampler", scope: executor.OnSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}, nil
 }
 
 // accept writes an admitted operation: pending, or parked until the
@@ -231,8 +232,8 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 // pending until the executor starts it (sampler.exec_started).
 func (g *samplerGrain) run(op *persistence.Operation, p payload.Parsed) {
 	g.executing = op.SeqID
-	g.sys.sample(&samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
-		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyKind: samplerKind, ReplyID: g.ID, parsed: p})
+	g.sys.sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyID: g.ID, Parsed: p})
 }
 
 // weightsUpdate tells a sampler of its run's new latest weight version.
@@ -288,7 +289,7 @@ func (g *samplerGrain) required(op *persistence.Operation) *int64 {
 	if v, ok := g.waits[op.SeqID]; ok {
 		return v
 	}
-	p, err := parse(op.Kind, op.Payload)
+	p, err := executor.Parse(op.Kind, op.Payload)
 	if err != nil {
 		return nil
 	}
@@ -379,11 +380,11 @@ func (g *samplerGrain) sync(version int64) {
 		return
 	}
 	g.syncing = version
-	g.sys.sample(&samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
+	g.sys.sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
 }
 
 func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
-	s, err := grain.Decode[synced](in)
+	s, err := grain.Decode[executor.Synced](in)
 	if err != nil || s.Epoch != g.epoch || s.Version != g.syncing {
 		return nil, err
 	}
@@ -418,7 +419,7 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 // is failed until the run saves a newer one, and the work that needed this
 // version or none in particular fails with it (work that requires a later
 // version stays parked).
-func (g *samplerGrain) syncFailed(s *synced) error {
+func (g *samplerGrain) syncFailed(s *executor.Synced) error {
 	g.failedAt = s.Version
 	g.sys.log.Error("sampler sync failed", "sampler", g.ID, "version", s.Version, "code", s.Code, "message", s.Message)
 	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
@@ -447,7 +448,7 @@ func (g *samplerGrain) syncFailed(s *synced) error {
 			waiting = append(waiting, j)
 			continue
 		}
-		g.sys.run(j.ReplyID).execDone(&done{Epoch: j.Epoch, SeqID: j.SeqID, Status: states.OpFailed, Code: CodeSamplerFailed, Message: msg})
+		g.sys.run(j.ReplyID).execDone(&executor.Done{Epoch: j.Epoch, SeqID: j.SeqID, Status: states.OpFailed, Code: CodeSamplerFailed, Message: msg})
 	}
 	g.forRun = waiting
 	return nil
@@ -521,8 +522,8 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
 			return struct{}{}, nil // sent again (see notify)
 		}
 	}
-	g.forRun = append(g.forRun, &samplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
-		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ReplyKind: runKind, ReplyID: g.rec.RunID})
+	g.forRun = append(g.forRun, &executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
+		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ForRun: true, ReplyID: g.rec.RunID})
 	g.kick()
 	return struct{}{}, nil
 }
@@ -607,7 +608,7 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if *seq == g.executing {
-		g.sys.samplingCancel(samplingRef{samplerKind, g.ID, *seq})
+		g.sys.samplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: *seq})
 	}
 	var op *persistence.Operation
 	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
@@ -654,7 +655,7 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	}
 	g.queue, g.forRun, g.waits, g.parsed = nil, nil, map[int64]*int64{}, map[int64]payload.Parsed{}
 	if g.executing != 0 {
-		g.sys.samplingCancel(samplingRef{samplerKind, g.ID, g.executing})
+		g.sys.samplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: g.executing})
 	}
 	g.sys.samplingRelease(g.ID)
 	return struct{}{}, nil

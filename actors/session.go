@@ -11,10 +11,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/states"
-	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
 )
@@ -404,10 +404,10 @@ func (g *sessionGrain) newRun(tx persistence.Tx, ss *persistence.Session, req *N
 	if req.LoRA.Rank > prof.MaxLoRARank {
 		return nil, refuse(CodeValidation, "lora.rank: must be at most %d", prof.MaxLoRARank)
 	}
-	if err := loraConfig(req.LoRA).Validate(); err != nil {
+	if err := executor.LoRAConfig(req.LoRA).Validate(); err != nil {
 		return nil, refuse(CodeValidation, "lora: %v", err)
 	}
-	if err := g.sys.mem.fits("the run's trainer", trainerBytes(m.Config, req.LoRA)); err != nil {
+	if err := g.sys.mem.Fits("the run's trainer", executor.TrainerBytes(m.Config, req.LoRA)); err != nil {
 		return nil, err
 	}
 	if req.CheckpointID != "" {
@@ -425,13 +425,6 @@ func (g *sessionGrain) newRun(tx persistence.Tx, ss *persistence.Session, req *N
 		Status: states.RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
 		TuningMode: "lora", LoRA: *req.LoRA, CheckpointID: req.CheckpointID, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}, nil
-}
-
-// loraConfig is the engine configuration of a run's adapter.
-func loraConfig(l *persistence.LoRA) lora.Config {
-	c := lora.Config{Rank: l.Rank, Alpha: lora.DefaultAlpha, Seed: l.Seed}
-	c.Targets(l.TrainAttn, l.TrainMLP, l.TrainUnembed)
-	return c
 }
 
 func (g *sessionGrain) close(_ actor.Context, in grain.In) (any, error) {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/reminder"
@@ -90,16 +90,15 @@ type System struct {
 	actors     *actor.ActorSystem
 	cluster    *pcluster.Cluster
 	executor   *actor.PID
-	exec       *executor
+	exec       *executor.Trainer
 	sampling   *actor.PID
-	samplers   *samplingExecutor
+	samplers   *executor.Sampling
 	stop       chan struct{}
 	wg         sync.WaitGroup
 	vault      *persistence.Vault
 	exportWake chan struct{} // tells the exporter there is work
-	models     models
 	adm        *admission
-	mem        *memory
+	mem        *executor.Budget
 	// reminders wake grains at the deadlines they keep in the store: a
 	// session's lease expiry, a sampler's idle release.
 	reminders *reminder.Set
@@ -137,9 +136,6 @@ func Start(cfg Config) (*System, error) {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits()
 	}
-	if cfg.MemoryBudget <= 0 {
-		cfg.MemoryBudget = math.MaxInt64 / 2
-	}
 	vault, err := persistence.OpenVault(cfg.CredentialsKey)
 	if err != nil {
 		return nil, err
@@ -155,17 +151,19 @@ func Start(cfg Config) (*System, error) {
 		st.Close()
 		return nil, err
 	}
-	adm, mem := newAdmission(cfg.Limits), &memory{limit: cfg.MemoryBudget}
+	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
+		vault: vault, exportWake: make(chan struct{}, 1), adm: newAdmission(cfg.Limits)}
+	s.exec, s.samplers, s.mem = executor.Start(executor.Env{Store: st, Volume: s.volume, Catalog: cfg.Registry.Catalog(), Log: cfg.Log,
+		Metrics: cfg.Metrics, SnapshotEvery: cfg.SnapshotEvery, Reports: reports{s}, Checkpoint: s.checkpoint}, cfg.MemoryBudget)
+	adm, mem := s.adm, s.mem
 	cfg.Metrics.Gauge("wts_operations_queued", "Operations queued or executing on the node (bounded by --max-queue-node).",
 		func() float64 { return float64(adm.queued().ops) })
 	cfg.Metrics.Gauge("wts_operations_queued_bytes", "Bytes of queued operations' records held in memory (bounded by --max-queue-bytes).",
 		func() float64 { return float64(adm.queued().bytes) })
 	cfg.Metrics.Gauge("wts_memory_budget_used_bytes", "Memory taken by trainers, samplers' adapters and KV caches.",
-		func() float64 { return float64(mem.inUse()) })
+		func() float64 { return float64(mem.InUse()) })
 	cfg.Metrics.Gauge("wts_memory_budget_bytes", "The node's budget for trainers, samplers' adapters and KV caches.",
-		func() float64 { return float64(mem.limit) })
-	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
-		vault: vault, exportWake: make(chan struct{}, 1), adm: adm, mem: mem}
+		func() float64 { return float64(mem.Limit()) })
 	s.reminders = reminder.New(s.now, s.remind)
 	s.router = &grain.Router{Log: cfg.Log, Timeout: requestTimeout, Wire: cfg.Wire, Stop: s.stop}
 	s.runtime = &grain.Runtime{Router: s.router, Log: cfg.Log, Idle: cfg.GrainIdle, Account: adm.set}
@@ -174,9 +172,7 @@ func Start(cfg Config) (*System, error) {
 	}))
 	pool := actor.WithDispatcher(grain.Dispatcher())
 	props := func(a func() actor.Actor) *actor.Props { return actor.PropsFromProducer(a, pool) }
-	s.exec = newExecutor(s)
 	s.executor = s.actors.Root.Spawn(props(func() actor.Actor { return s.exec }))
-	s.samplers = newSamplingExecutor(s)
 	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	s.router.Actors = s.actors
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: requestTimeout},
@@ -229,8 +225,8 @@ func (s *System) Stop(ctx context.Context) {
 	s.wg.Wait()
 	var both sync.WaitGroup
 	both.Add(2)
-	go func() { defer both.Done(); s.exec.drain(ctx) }()
-	go func() { defer both.Done(); s.samplers.drain(ctx) }()
+	go func() { defer both.Done(); s.exec.Drain(ctx) }()
+	go func() { defer both.Done(); s.samplers.Drain(ctx) }()
 	both.Wait()
 	s.router.AwaitReports(reportWait)
 	s.cluster.Shutdown(false) // one member: no identities to hand over (graceful waits 2 s for that)

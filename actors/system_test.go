@@ -121,7 +121,9 @@ func loss(t *testing.T, op *persistence.Operation) float64 {
 	if op.Status != states.OpSucceeded {
 		t.Fatalf("operation %d %s: %s %v", op.SeqID, op.Kind, op.Status, op.ErrorMessage)
 	}
-	var r forwardResult
+	var r struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
 	if err := json.Unmarshal(op.Result, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +150,11 @@ func TestTrainingSurvivesRestart(t *testing.T) {
 
 	for _, every := range []time.Duration{time.Hour, time.Nanosecond} {
 		data := t.TempDir()
-		s := start(t, reg, data)
-		s.cfg.SnapshotEvery = every
+		s := startWith(t, Config{DataDir: data, Registry: reg, SnapshotEvery: every})
 		_, run := newRun(t, s)
 		got := steps(s, run.ID, 1, 7)
 		s.Stop(context.Background())
-		s = start(t, reg, data)
+		s = startWith(t, Config{DataDir: data, Registry: reg, SnapshotEvery: every})
 		got = append(got, steps(s, run.ID, 7, 13)...)
 		r, _ := s.GetRun(tenant, run.ID)
 		if every == time.Nanosecond && r.SnapshotSeq == 0 {

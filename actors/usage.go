@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -40,9 +41,9 @@ func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID stri
 // recordUsage sets the usage components of an executed operation. trainer
 // says it ran on the run's trainer, whose device time provider_a bills at
 // the trainer's release; a sampler's settles when observed.
-func recordUsage(op *persistence.Operation, d *done, p *priceList, now time.Time, trainer bool) {
+func recordUsage(op *persistence.Operation, d *executor.Done, p *priceList, now time.Time, trainer bool) {
 	op.Usage = nil
-	for _, rd := range providers.Meter(kindOf(op.Kind).meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
+	for _, rd := range providers.Meter(executor.KindOf(op.Kind).Meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		status, settledAt := providers.Settled, &now
 		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
 			status, settledAt = providers.Pending, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/payload/scan"
@@ -253,8 +254,8 @@ func (b *opBody) decodePlain(body []byte) bool {
 
 // The operation kinds each endpoint takes (actors' kind table).
 var (
-	runKinds     = actors.RunKinds()
-	samplerKinds = actors.SamplerKinds()
+	runKinds     = executor.RunKinds()
+	samplerKinds = executor.SamplerKinds()
 )
 
 func (b *opBody) check(kinds []string) error {

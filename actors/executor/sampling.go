@@ -1,4 +1,4 @@
-package actors
+package executor
 
 import (
 	"context"
@@ -30,8 +30,8 @@ import (
 // worker advances every request in flight, of every sampler on the same
 // base model, by one token in one batched pass (sampler.Step), and a
 // request that arrives joins at the next step.
-type samplingExecutor struct {
-	sys  *System
+type Sampling struct {
+	sys  *node
 	cmds *inbox[samplingCmd]
 	done chan struct{}
 	// stopping: jobs not yet started are left (pending on disk); cut: drain's
@@ -44,8 +44,8 @@ type samplingExecutor struct {
 	starting []*flight               // sample requests taken, to prefill together
 	// cancelled holds cancels of jobs not here yet (a run-scoped sample
 	// waiting for its sampler's sync): such a job ends cancelled on arrival.
-	cancelled map[samplingRef]time.Time
-	waiting   []*samplingJob // jobs whose adapter waits for memory
+	cancelled map[SamplingRef]time.Time
+	waiting   []*SamplingJob // jobs whose adapter waits for memory
 	fence     epochFence     // by the grain that sent a job: an older activation's is refused
 	lastTrim  time.Time      // when the trainer's executor was last asked for memory
 	lastRetry time.Time      // when the waiting jobs last tried again
@@ -57,33 +57,38 @@ const cancelKeep = 10 * time.Minute
 // samplingCmd is a job, or (release set) the release of a sampler's
 // adapter, or (cancel set) the cancel of a job.
 type samplingCmd struct {
-	job     *samplingJob
+	job     *SamplingJob
 	release string
-	cancel  *samplingRef
+	cancel  *SamplingRef
 	trim    bool // let go of the idle adapters: the trainers need memory
 }
 
-// samplingRef names a sampling job by the grain that hears its outcome and
-// its operation's seq_id there.
-type samplingRef struct {
-	ReplyKind, ReplyID string
-	SeqID              int64
+// SamplingRef names a sampling job by the grain that hears its outcome (a
+// run for a run-scoped sample, else the sampler) and its operation's
+// seq_id there.
+type SamplingRef struct {
+	ForRun  bool
+	ReplyID string
+	SeqID   int64
 }
 
-func (j *samplingJob) ref() samplingRef { return samplingRef{j.ReplyKind, j.ReplyID, j.SeqID} }
+func (j *SamplingJob) ref() SamplingRef { return SamplingRef{j.ForRun, j.ReplyID, j.SeqID} }
 
 // sender is the grain whose activation epoch the job carries: the one that
-// hears its outcome, or the sampler for a sync.
-func (j *samplingJob) sender() string {
-	if j.ReplyKind == "" {
-		return samplerKind + "/" + j.SamplerID
+// hears its outcome (the sampler for a sync).
+func (j *SamplingJob) sender() string {
+	switch {
+	case j.ForRun:
+		return "run/" + j.ReplyID
+	case j.ReplyID != "":
+		return "sampler/" + j.ReplyID
 	}
-	return j.ReplyKind + "/" + j.ReplyID
+	return "sampler/" + j.SamplerID
 }
 
 // flight is a sample request, from its start to its last token.
 type flight struct {
-	job       *samplingJob
+	job       *SamplingJob
 	held      *heldAdapter
 	req       sampler.Request
 	stream    *sampler.Stream // once started
@@ -100,11 +105,11 @@ type heldAdapter struct {
 	bytes   int64 // its share of the memory budget
 }
 
-// samplingJob is one piece of sampler work: a sync (Kind empty: load the
+// SamplingJob is one piece of sampler work: a sync (Kind empty: load the
 // weight version), or a sample or logprobs operation at that version.
-// ReplyKind and ReplyID name the grain that hears the outcome: the sampler,
+// ForRun and ReplyID name the grain that hears the outcome: the sampler,
 // or for a run-scoped sample the run.
-type samplingJob struct {
+type SamplingJob struct {
 	SamplerID string
 	RunID     string
 	BaseModel string
@@ -113,23 +118,23 @@ type samplingJob struct {
 	SeqID     int64
 	Kind      string
 	Payload   json.RawMessage
-	ReplyKind string
+	ForRun    bool
 	ReplyID   string
 
-	parsed payload.Parsed // Payload parsed, when the grain had it (it is not encoded)
+	Parsed payload.Parsed `msgpack:"-"` // Payload parsed, when the grain had it (it is not encoded)
 }
 
 // synced is the sampling executor's report on a sync.
-type synced struct {
+type Synced struct {
 	Epoch   uint64
 	Version int64
 	Code    string
 	Message string
 }
 
-func newSamplingExecutor(s *System) *samplingExecutor {
-	e := &samplingExecutor{sys: s, cmds: newInbox[samplingCmd](1024), done: make(chan struct{}), held: map[string]*heldAdapter{},
-		cancelled: map[samplingRef]time.Time{}, fence: epochFence{}}
+func newSampling(s *node) *Sampling {
+	e := &Sampling{sys: s, cmds: newInbox[samplingCmd](1024), done: make(chan struct{}), held: map[string]*heldAdapter{},
+		cancelled: map[SamplingRef]time.Time{}, fence: epochFence{}}
 	go e.work()
 	return e
 }
@@ -139,7 +144,7 @@ func newSamplingExecutor(s *System) *samplingExecutor {
 // and decodes one more token for everything in flight. Stopping, it takes
 // no new job and finishes the requests in flight, or at drain's deadline
 // cuts them (each goes back to pending).
-func (e *samplingExecutor) work() {
+func (e *Sampling) work() {
 	defer close(e.done)
 	par.EngineThread()
 	ar := transformer.NewArena[float32]()
@@ -179,7 +184,7 @@ func (e *samplingExecutor) work() {
 		}
 		if e.cut.Load() {
 			for _, f := range e.requests() {
-				e.end(f, &done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
+				e.end(f, &Done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"})
 			}
 			return
 		}
@@ -194,9 +199,9 @@ func (e *samplingExecutor) work() {
 	}
 }
 
-// drain stops taking jobs and lets the requests in flight finish; when ctx
+// Drain stops taking jobs and lets the requests in flight finish; when ctx
 // ends first, they are cut.
-func (e *samplingExecutor) drain(ctx context.Context) {
+func (e *Sampling) Drain(ctx context.Context) {
 	e.stopping.Store(true)
 	e.cmds.close()
 	select {
@@ -210,12 +215,12 @@ func (e *samplingExecutor) drain(ctx context.Context) {
 
 // launch starts the sample requests taken since the last step, their
 // prompts prefilled together (one pass per base model).
-func (e *samplingExecutor) launch() {
+func (e *Sampling) launch() {
 	var ready, later []*flight
 	for _, f := range e.starting {
 		switch {
 		case f.cancelled:
-			e.end(f, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"})
+			e.end(f, &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"})
 		case f.kv > 0:
 			ready = append(ready, f)
 		default:
@@ -267,16 +272,16 @@ func (e *samplingExecutor) launch() {
 
 // started tells a sampler that its operation's work began (it marks it
 // executing); a run-scoped sample's run operation is executing already.
-func (e *samplingExecutor) started(j *samplingJob) {
-	if j.ReplyKind == samplerKind {
-		e.sys.sampler(j.ReplyID).execStarted(started{Epoch: j.Epoch, SeqID: j.SeqID})
+func (e *Sampling) started(j *SamplingJob) {
+	if !j.ForRun {
+		e.sys.reports.SamplerStarted(j.ReplyID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 }
 
 // take carries out a command: a sync or a logprobs at once, a sample by
 // joining the requests to start (launch prefills them together, and they
 // join the requests in flight).
-func (e *samplingExecutor) take(c samplingCmd) {
+func (e *Sampling) take(c samplingCmd) {
 	switch {
 	case c.release != "":
 		e.drop(c.release)
@@ -313,11 +318,11 @@ func (e *samplingExecutor) take(c samplingCmd) {
 
 // begin starts a job (start), guarded: a panic fails that job alone. A job
 // cancelled before it came (or while it waited for memory) ends so.
-func (e *samplingExecutor) begin(j *samplingJob) {
+func (e *Sampling) begin(j *SamplingJob) {
 	start := time.Now()
 	if _, ok := e.cancelled[j.ref()]; ok && j.Kind != "" {
 		delete(e.cancelled, j.ref())
-		e.report(j, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
+		e.report(j, &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
 		return
 	}
 	if err := grain.Guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
@@ -326,7 +331,7 @@ func (e *samplingExecutor) begin(j *samplingJob) {
 }
 
 // end reports how a request in flight ended and gives its KV memory back.
-func (e *samplingExecutor) end(f *flight, d *done) {
+func (e *Sampling) end(f *flight, d *Done) {
 	e.sys.mem.give(f.kv)
 	f.kv = 0
 	e.report(f.job, d, f.start)
@@ -334,7 +339,7 @@ func (e *samplingExecutor) end(f *flight, d *done) {
 
 // short asks the trainer's executor, at most once a second, to evict its
 // idle trainers: the samplers are waiting for memory.
-func (e *samplingExecutor) short() {
+func (e *Sampling) short() {
 	if time.Since(e.lastTrim) >= time.Second {
 		e.lastTrim = time.Now()
 		e.sys.execTrim()
@@ -342,11 +347,11 @@ func (e *samplingExecutor) short() {
 }
 
 // requests is every sample request in flight or about to start.
-func (e *samplingExecutor) requests() []*flight { return slices.Concat(e.flying, e.starting) }
+func (e *Sampling) requests() []*flight { return slices.Concat(e.flying, e.starting) }
 
 // inUse reports whether a request in flight or about to start decodes
 // with h.
-func (e *samplingExecutor) inUse(h *heldAdapter) bool {
+func (e *Sampling) inUse(h *heldAdapter) bool {
 	for _, f := range e.requests() {
 		if f.held == h {
 			return true
@@ -357,7 +362,7 @@ func (e *samplingExecutor) inUse(h *heldAdapter) bool {
 
 // trimIdle lets go of every adapter that nothing decodes with, but the
 // one of sampler keep.
-func (e *samplingExecutor) trimIdle(keep string) {
+func (e *Sampling) trimIdle(keep string) {
 	for id, h := range e.held {
 		if id != keep && !e.inUse(h) {
 			e.drop(id)
@@ -366,7 +371,7 @@ func (e *samplingExecutor) trimIdle(keep string) {
 }
 
 // drop lets go of a sampler's adapter (the next job loads it again).
-func (e *samplingExecutor) drop(samplerID string) {
+func (e *Sampling) drop(samplerID string) {
 	if h := e.held[samplerID]; h != nil {
 		delete(e.held, samplerID)
 		e.sys.mem.give(h.bytes)
@@ -375,7 +380,7 @@ func (e *samplingExecutor) drop(samplerID string) {
 
 // start begins a job: a sync or a logprobs at once, a sample by joining
 // the requests to launch.
-func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
+func (e *Sampling) start(j *SamplingJob, start time.Time) {
 	h, err := e.adapter(j)
 	if errors.Is(err, errNoRoom) {
 		e.waiting = append(e.waiting, j)
@@ -383,26 +388,26 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 	}
 	switch {
 	case j.Kind == "":
-		rep := synced{Epoch: j.Epoch, Version: j.Version}
+		rep := Synced{Epoch: j.Epoch, Version: j.Version}
 		if err != nil {
 			f := failure(context.Background(), err)
 			rep.Code, rep.Message = f.Code, f.Message
 		}
-		e.sys.sampler(j.SamplerID).synced(rep)
+		e.sys.reports.SamplerSynced(j.SamplerID, rep)
 		return
 	case err != nil:
 		e.report(j, failure(context.Background(), err), start)
 		return
 	}
-	k := kindOf(j.Kind)
+	k := KindOf(j.Kind)
 	if k.sample == nil {
 		e.report(j, failure(context.Background(), fmt.Errorf("sampler: no primitive for %s", j.Kind)), start)
 		return
 	}
-	p := j.parsed
+	p := j.Parsed
 	if p == nil {
 		var err error
-		if p, err = parse(j.Kind, j.Payload); err != nil {
+		if p, err = Parse(j.Kind, j.Payload); err != nil {
 			e.report(j, failure(context.Background(), err), start)
 			return
 		}
@@ -411,14 +416,14 @@ func (e *samplingExecutor) start(j *samplingJob, start time.Time) {
 }
 
 // fly puts a sample in flight: it decodes a token a step with the others.
-func (e *samplingExecutor) fly(j *samplingJob, h *heldAdapter, p payload.Parsed, start time.Time) {
+func (e *Sampling) fly(j *SamplingJob, h *heldAdapter, p payload.Parsed, start time.Time) {
 	e.starting = append(e.starting, &flight{job: j, held: h, req: p.(*payload.SamplePayload).Request(), start: start})
 }
 
 // logprobs scores a sequence at once, once its KV cache fits the budget.
-func (e *samplingExecutor) logprobs(j *samplingJob, h *heldAdapter, pp payload.Parsed, start time.Time) {
+func (e *Sampling) logprobs(j *SamplingJob, h *heldAdapter, pp payload.Parsed, start time.Time) {
 	p := pp.(*payload.LogprobsPayload)
-	kv := requestKV(h.model.Cfg(), p)
+	kv := RequestKV(h.model.Cfg(), p)
 	if !e.sys.mem.take(kv) {
 		e.short()
 		e.waiting = append(e.waiting, j)
@@ -437,7 +442,7 @@ func (e *samplingExecutor) logprobs(j *samplingJob, h *heldAdapter, pp payload.P
 // step decodes one token for every request in flight, one batched pass per
 // base model, and reports the requests that finished. A group whose pass
 // failed (a panic included) fails its requests only.
-func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
+func (e *Sampling) step(ar *transformer.Arena[float32]) {
 	var streams []*sampler.Stream
 	for _, f := range e.flying {
 		if !f.stream.Done() && !f.cancelled {
@@ -458,7 +463,7 @@ func (e *samplingExecutor) step(ar *transformer.Arena[float32]) {
 		}
 		switch {
 		case f.cancelled:
-			e.end(f, &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"})
+			e.end(f, &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"})
 		case err != nil:
 			e.end(f, failure(context.Background(), err))
 		case f.stream.Done():
@@ -493,35 +498,35 @@ func byModel[T any](items []T, model func(T) *transformer.Model[float32]) [][]T 
 }
 
 // succeeded is the outcome of a sampler operation with result res.
-func succeeded(res any, tokens int64) *done {
+func succeeded(res any, tokens int64) *Done {
 	raw, err := json.Marshal(res)
 	if err != nil {
 		return failure(context.Background(), fmt.Errorf("encode result: %w", err))
 	}
-	return &done{Status: states.OpSucceeded, Result: raw, Tokens: tokens}
+	return &Done{Status: states.OpSucceeded, Result: raw, Tokens: tokens}
 }
 
 // report tells the job's grain how it ended.
-func (e *samplingExecutor) report(j *samplingJob, d *done, start time.Time) {
+func (e *Sampling) report(j *SamplingJob, d *Done, start time.Time) {
 	took := time.Since(start)
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
 	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
-	if j.ReplyKind == runKind {
-		e.sys.run(j.ReplyID).execDone(d)
+	if j.ForRun {
+		e.sys.reports.RunDone(j.ReplyID, d)
 		return
 	}
-	e.sys.sampler(j.ReplyID).execDone(d)
+	e.sys.reports.SamplerDone(j.ReplyID, d)
 }
 
 // Receive takes the sampler grains' commands.
-func (e *samplingExecutor) Receive(ctx actor.Context) {
+func (e *Sampling) Receive(ctx actor.Context) {
 	method, in, _, ok := grain.Request(ctx.Message())
 	if !ok {
 		return
 	}
 	switch method {
-	case samplingJobMsg:
-		j, err := grain.Decode[samplingJob](in)
+	case MsgSample:
+		j, err := grain.Decode[SamplingJob](in)
 		if err != nil {
 			e.sys.log.Error("sampling command", "err", err)
 			return
@@ -531,15 +536,13 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 			// the next start.
 			e.sys.log.Info("sampling job not started: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
 		}
-	case samplingRelease:
-		r, err := grain.Decode[jobRef](in)
+	case MsgSamplingRelease:
+		r, err := grain.Decode[JobRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{release: r.RunID}) // RunID carries the sampler id
 		}
-	case samplingTrim:
-		e.cmds.put(samplingCmd{trim: true})
-	case samplingCancel:
-		r, err := grain.Decode[samplingRef](in)
+	case MsgSamplingCancel:
+		r, err := grain.Decode[SamplingRef](in)
 		if err == nil {
 			e.cmds.put(samplingCmd{cancel: r})
 		}
@@ -548,7 +551,7 @@ func (e *samplingExecutor) Receive(ctx actor.Context) {
 
 // adapter returns the sampler's adapter at version, loading it when the
 // sampler holds another version or none.
-func (e *samplingExecutor) adapter(j *samplingJob) (*heldAdapter, error) {
+func (e *Sampling) adapter(j *SamplingJob) (*heldAdapter, error) {
 	if h := e.held[j.SamplerID]; h != nil && h.version == j.Version {
 		return h, nil
 	}

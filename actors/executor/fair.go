@@ -1,4 +1,4 @@
-package actors
+package executor
 
 // fairQueue holds work by organization and hands it out in turns: each
 // organization with work gets the next item in its turn, oldest first, so

@@ -1,4 +1,4 @@
-package actors
+package executor
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 
 // job is one operation for the executor, with what it needs to rebuild the
 // run's trainer if it does not hold it at the right state.
-type job struct {
+type Job struct {
 	RunID       string
 	Tenant      persistence.Tenant // whose turn it is (the executor takes turns between organizations)
 	Epoch       uint64
@@ -46,12 +46,15 @@ type job struct {
 	// First: the run activation's first job, which may be the one a crash
 	// cut short (see markStarted).
 	First bool
+	// SamplerID is the run's sampler (its weight versions are the
+	// sampler's).
+	SamplerID string
 	// WeightVersion is the run's latest saved weight version, and
 	// WeightsSeq the state it was saved at.
 	WeightVersion int64
 	WeightsSeq    int64
 
-	parsed payload.Parsed // Payload parsed, when the grain had it (see Submission)
+	Parsed payload.Parsed `msgpack:"-"` // Payload parsed, when the grain had it (it is not encoded)
 }
 
 // executor runs the engine for every run on this node, one slice of work
@@ -68,8 +71,8 @@ type job struct {
 // tells the run (run.exec_started, see markStarted), which marks it
 // executing. So a restart finds executing only what was really on the
 // device.
-type executor struct {
-	sys     *System
+type Trainer struct {
+	sys     *node
 	mu      sync.Mutex
 	wake    *sync.Cond
 	ready   fairQueue[*task]
@@ -90,7 +93,7 @@ type executor struct {
 // task is one operation in the executor: its job, its cancel, and how far
 // it has got.
 type task struct {
-	j       *job
+	j       *Job
 	org     string
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -107,7 +110,7 @@ type task struct {
 // operation, in one slice, and its caller waits for it (Chore). Its job
 // names it (RunID "chore/..."), for the task table and the fence.
 type chore struct {
-	run  func(e *executor) error
+	run  func(e *Trainer) error
 	done chan error // buffered: the outcome, once
 }
 
@@ -115,14 +118,14 @@ type chore struct {
 // its outcome; key names it (one at a time per key). It waits while fn
 // finds no memory (errNoRoom), and fails with unavailable when the node
 // stops first.
-func (e *executor) Chore(org, key string, fn func(e *executor) error) error {
+func (e *Trainer) Chore(org, key string, fn func(e *Trainer) error) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c := &chore{run: fn, done: make(chan error, 1)}
-	t := &task{j: &job{RunID: "chore/" + key, Tenant: persistence.Tenant{Org: org}, Kind: "chore"}, org: org, ctx: ctx, cancel: cancel, chore: c}
+	t := &task{j: &Job{RunID: "chore/" + key, Tenant: persistence.Tenant{Org: org}, Kind: "chore"}, org: org, ctx: ctx, cancel: cancel, chore: c}
 	e.mu.Lock()
 	if e.stopping {
 		e.mu.Unlock()
-		return &Error{Code: CodeUnavailable, Message: "the node is stopping"}
+		return &grain.Error{Code: grain.CodeUnavailable, Message: "the node is stopping"}
 	}
 	e.tasks[jobKey(t.j.RunID, 0)] = t
 	e.ready.push(org, t)
@@ -132,12 +135,24 @@ func (e *executor) Chore(org, key string, fn func(e *executor) error) error {
 	case err := <-c.done:
 		return err
 	case <-ctx.Done(): // dropped unstarted by the node's stop
-		return &Error{Code: CodeUnavailable, Message: "the node stopped before the work started"}
+		return &grain.Error{Code: grain.CodeUnavailable, Message: "the node stopped before the work started"}
 	}
 }
 
+// WithMemory is Chore for work that holds need bytes of the node's budget
+// while it runs (evicting idle trainers for them, or waiting).
+func (e *Trainer) WithMemory(org, key string, need int64, fn func() error) error {
+	return e.Chore(org, key, func(e *Trainer) error {
+		if err := e.room(need, ""); err != nil {
+			return err
+		}
+		defer e.sys.mem.give(need)
+		return fn()
+	})
+}
+
 // runChore runs a chore's slice: again later when it found no memory.
-func (e *executor) runChore(t *task) {
+func (e *Trainer) runChore(t *task) {
 	err := t.ctx.Err()
 	if err == nil {
 		err = grain.Guard(e.sys.log, "executor chore "+t.j.RunID, func() error { return t.chore.run(e) })
@@ -170,9 +185,12 @@ type trainerState struct {
 	bytes        int64     // its share of the memory budget
 }
 
-// faultHook runs before every slice; tests make it panic to show that a
+// errFenced cancels a task that a newer activation of its run replaced.
+var errFenced = errors.New("fenced: a newer activation of the run holds it")
+
+// FaultHook runs before every slice; tests make it panic to show that a
 // fault in one operation fails that operation alone.
-var faultHook = func(*job) {}
+var FaultHook = func(*Job) {}
 
 // roomWait is how long an operation alone in the executor waits for
 // memory before it tries again.
@@ -181,48 +199,43 @@ const roomWait = 20 * time.Millisecond
 // progressEvery spaces progress reports of one operation.
 const progressEvery = 250 * time.Millisecond
 
-func newExecutor(s *System) *executor {
-	e := &executor{sys: s, tasks: map[string]*task{}, fence: epochFence{}, drained: make(chan struct{}),
+func newTrainer(s *node) *Trainer {
+	e := &Trainer{sys: s, tasks: map[string]*task{}, fence: epochFence{}, drained: make(chan struct{}),
 		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32]()}
 	e.wake = sync.NewCond(&e.mu)
 	go e.work()
 	return e
 }
 
-// jobRef names one run's operation to cancel, or (SeqID 0) the run whose
+// JobRef names one run's operation to cancel, or (SeqID 0) the run whose
 // trainer to release, from the run activation Epoch.
-type jobRef struct {
+type JobRef struct {
 	RunID string
 	SeqID int64
 	Epoch uint64
 }
 
 // Receive takes the grains' commands.
-func (e *executor) Receive(ctx actor.Context) {
+func (e *Trainer) Receive(ctx actor.Context) {
 	method, in, _, ok := grain.Request(ctx.Message())
 	if !ok {
 		return
 	}
 	var err error
 	switch method {
-	case execJob:
-		var j *job
-		if j, err = grain.Decode[job](in); err == nil {
+	case MsgJob:
+		var j *Job
+		if j, err = grain.Decode[Job](in); err == nil {
 			e.submit(j)
 		}
-	case execCancel:
-		var r *jobRef
-		if r, err = grain.Decode[jobRef](in); err == nil {
+	case MsgCancel:
+		var r *JobRef
+		if r, err = grain.Decode[JobRef](in); err == nil {
 			e.cancel(r)
 		}
-	case execTrim:
-		e.mu.Lock()
-		e.trim = true
-		e.mu.Unlock()
-		e.wake.Signal()
-	case execRelease:
-		var r *jobRef
-		if r, err = grain.Decode[jobRef](in); err == nil {
+	case MsgRelease:
+		var r *JobRef
+		if r, err = grain.Decode[JobRef](in); err == nil {
 			e.mu.Lock()
 			if e.admit(r.RunID, r.Epoch, "release") {
 				// The run has ended: its activations send nothing more.
@@ -244,7 +257,7 @@ func jobKey(runID string, seq int64) string { return runID + "/" + strconv.Forma
 
 // submit queues a job in its organization's line. A task of the same run
 // from an older activation is cancelled: the newer activation fenced it.
-func (e *executor) submit(j *job) {
+func (e *Trainer) submit(j *Job) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &task{j: j, org: j.Tenant.Org, ctx: ctx, cancel: cancel}
 	e.mu.Lock()
@@ -272,7 +285,7 @@ func (e *executor) submit(j *job) {
 
 // forget drops an ended task (under e.mu); a newer activation's task of
 // the same operation may have taken its key already.
-func (e *executor) forget(t *task) {
+func (e *Trainer) forget(t *task) {
 	key := jobKey(t.j.RunID, t.j.SeqID)
 	if e.tasks[key] == t {
 		delete(e.tasks, key)
@@ -281,7 +294,7 @@ func (e *executor) forget(t *task) {
 
 // admit checks a command of run id's activation epoch against the fence
 // (under e.mu), counting and logging a refusal.
-func (e *executor) admit(runID string, epoch uint64, what string) bool {
+func (e *Trainer) admit(runID string, epoch uint64, what string) bool {
 	if e.fence.admit(runID, epoch) {
 		return true
 	}
@@ -290,7 +303,7 @@ func (e *executor) admit(runID string, epoch uint64, what string) bool {
 	return false
 }
 
-func (e *executor) cancel(r *jobRef) {
+func (e *Trainer) cancel(r *JobRef) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.admit(r.RunID, r.Epoch, "cancel") {
@@ -301,10 +314,10 @@ func (e *executor) cancel(r *jobRef) {
 	}
 }
 
-// drain stops starting operations and lets the started ones run; when ctx
+// Drain stops starting operations and lets the started ones run; when ctx
 // ends first, they are cut (each goes back to pending, recorded so by its
 // run) before it returns.
-func (e *executor) drain(ctx context.Context) {
+func (e *Trainer) Drain(ctx context.Context) {
 	e.mu.Lock()
 	e.stopping = true
 	e.mu.Unlock()
@@ -323,7 +336,7 @@ func (e *executor) drain(ctx context.Context) {
 }
 
 // work runs slices until the executor is drained.
-func (e *executor) work() {
+func (e *Trainer) work() {
 	defer close(e.drained)
 	par.EngineThread()
 	for {
@@ -345,7 +358,7 @@ func (e *executor) work() {
 // next waits for the next task whose turn it is, dropping released
 // trainers meanwhile; nil once the executor is stopping and no started
 // task is left.
-func (e *executor) next() *task {
+func (e *Trainer) next() *task {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
@@ -384,17 +397,17 @@ func (e *executor) next() *task {
 
 // slice runs one slice of t, then either queues it for its next turn or
 // reports how it ended.
-func (e *executor) slice(t *task) {
+func (e *Trainer) slice(t *task) {
 	if t.chore != nil {
 		e.runChore(t)
 		return
 	}
 	j := t.j
-	var d *done
+	var d *Done
 	var err error
 	switch {
 	case t.started.IsZero() && t.ctx.Err() != nil:
-		d = &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
+		d = &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}
 	case t.started.IsZero():
 		t.started = time.Now()
 	}
@@ -436,12 +449,12 @@ func (e *executor) slice(t *task) {
 	e.mu.Lock()
 	e.forget(t)
 	e.mu.Unlock()
-	e.sys.run(j.RunID).execDone(d)
+	e.sys.reports.RunDone(j.RunID, d)
 }
 
 // backInLine puts t back in its organization's line for its next turn, and
 // says whether it is alone there.
-func (e *executor) backInLine(t *task) (alone bool) {
+func (e *Trainer) backInLine(t *task) (alone bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	alone = e.ready.len() == 0
@@ -464,10 +477,10 @@ const markAfter = 20 * time.Millisecond
 // later for the others, unless they have ended by then. So a restart finds
 // executing only what was really running, and the attempts of an operation
 // that keeps taking the node down are counted.
-func (e *executor) markStarted(t *task) {
+func (e *Trainer) markStarted(t *task) {
 	j := t.j
 	report := func() {
-		e.sys.run(j.RunID).execStarted(started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.reports.RunStarted(j.RunID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 	if j.First {
 		report()
@@ -480,12 +493,12 @@ func (e *executor) markStarted(t *task) {
 // not hold it at the job's state), then the operation, a forward or
 // forward_backward one micro-batch per slice. It returns nil, nil while
 // there is more to do.
-func (e *executor) step(t *task) (*done, error) {
+func (e *Trainer) step(t *task) (*Done, error) {
 	j := t.j
 	if err := t.ctx.Err(); err != nil {
 		return nil, err
 	}
-	faultHook(j)
+	FaultHook(j)
 	if t.ts == nil {
 		ts, err := e.trainer(t)
 		if err != nil || ts == nil {
@@ -498,20 +511,20 @@ func (e *executor) step(t *task) (*done, error) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
 				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-				e.sys.run(j.RunID).execProgress(progressUpdate{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+				e.sys.reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 			}
 		})
 	}
 	ts := t.ts
 	ts.tr.UseArena(e.arena)
 	ts.lastUsed = time.Now()
-	p := j.parsed
+	p := j.Parsed
 	if p == nil {
 		var err error
-		if p, err = parse(j.Kind, j.Payload); err != nil {
+		if p, err = Parse(j.Kind, j.Payload); err != nil {
 			return nil, err
 		}
-		j.parsed = p
+		j.Parsed = p
 	}
 	var out *applied
 	if b, ok := p.(*payload.Batch); ok {
@@ -544,9 +557,9 @@ func (e *executor) step(t *task) (*done, error) {
 
 // succeeded is the report on an operation that ran to its end; a
 // snapshot may follow it.
-func (e *executor) succeeded(t *task, out *applied) (*done, error) {
+func (e *Trainer) succeeded(t *task, out *applied) (*Done, error) {
 	j, ts := t.j, t.ts
-	d := &done{Status: states.OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
+	d := &Done{Status: states.OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
 		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
 	// go-json: encoding/json's reflection took 2% of the service's CPU at
 	// 64 clients; the replies around the result are go-json's already.
@@ -554,11 +567,11 @@ func (e *executor) succeeded(t *task, out *applied) (*done, error) {
 	if d.Result, err = gojson.Marshal(out.result); err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	k := kindOf(j.Kind)
-	if k.mutates {
+	k := KindOf(j.Kind)
+	if k.Mutates {
 		ts.stateSeq = j.SeqID
 	}
-	if k.snapshot == snapshotPeriodic && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || k.snapshot == snapshotAlways {
+	if k.Snapshot == snapshotPeriodic && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || k.Snapshot == snapshotAlways {
 		if err := e.snapshot(j.RunID, ts); err != nil {
 			e.sys.log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
 		} else {
@@ -569,7 +582,7 @@ func (e *executor) succeeded(t *task, out *applied) (*done, error) {
 }
 
 // started is the executor's word that an operation's own work began.
-type started struct {
+type Started struct {
 	Epoch uint64
 	SeqID int64
 }
@@ -577,17 +590,17 @@ type started struct {
 // failure classifies an error: a cancel (or, at drain's deadline, a cut
 // that sends the operation back to pending), the caller's input (its
 // engine code), or an internal fault.
-func failure(ctx context.Context, err error) *done {
+func failure(ctx context.Context, err error) *Done {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		if errors.Is(context.Cause(ctx), errStopping) {
-			return &done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"}
+			return &Done{Status: states.OpPending, Message: "cut short by the node's stop; it runs again after the next start"}
 		}
-		return &done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
+		return &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled while executing"}
 	}
 	if code := kerr.Code(err); code != "" {
-		return &done{Status: states.OpFailed, Code: code, Message: err.Error()}
+		return &Done{Status: states.OpFailed, Code: code, Message: err.Error()}
 	}
-	return &done{Status: states.OpFailed, Code: CodeInternal, Message: err.Error()}
+	return &Done{Status: states.OpFailed, Code: grain.CodeInternal, Message: err.Error()}
 }
 
 // forwardResult is the result of forward and forward_backward.
@@ -625,14 +638,14 @@ type applied struct {
 // apply runs operation opID of job j's run on the run's trainer (load_state
 // replaces it), through its kind's entry. p is raw parsed, or nil to parse
 // it here.
-func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, kind string, raw json.RawMessage, p payload.Parsed) (*applied, error) {
-	k := kindOf(kind)
+func (e *Trainer) apply(ctx context.Context, ts *trainerState, j *Job, opID, kind string, raw json.RawMessage, p payload.Parsed) (*applied, error) {
+	k := KindOf(kind)
 	if k.train == nil {
 		return nil, fmt.Errorf("executor: no engine primitive for %s", kind)
 	}
 	if p == nil {
 		var err error
-		if p, err = parse(kind, raw); err != nil {
+		if p, err = Parse(kind, raw); err != nil {
 			return nil, err
 		}
 	}
@@ -642,11 +655,11 @@ func (e *executor) apply(ctx context.Context, ts *trainerState, j *job, opID, ki
 
 // forward and forwardBackward run a whole batch at once (on replay; a job
 // runs its batch a micro-batch per slice, see step).
-func (e *executor) forward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+func (e *Trainer) forward(ctx context.Context, ts *trainerState, _ *Job, _ string, p payload.Parsed) (*applied, error) {
 	return wholeBatch(ctx, payload.Forward, ts.tr.Forward, p)
 }
 
-func (e *executor) forwardBackward(ctx context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+func (e *Trainer) forwardBackward(ctx context.Context, ts *trainerState, _ *Job, _ string, p payload.Parsed) (*applied, error) {
 	return wholeBatch(ctx, payload.ForwardBackward, ts.tr.ForwardBackward, p)
 }
 
@@ -662,7 +675,7 @@ func wholeBatch(ctx context.Context, kind string, run func(context.Context, []tr
 }
 
 // optimStep steps AdamW on the run's adapter.
-func (e *executor) optimStep(_ context.Context, ts *trainerState, _ *job, _ string, p payload.Parsed) (*applied, error) {
+func (e *Trainer) optimStep(_ context.Context, ts *trainerState, _ *Job, _ string, p payload.Parsed) (*applied, error) {
 	m, err := ts.tr.OptimStep(p.(*payload.Step).Params())
 	if err != nil {
 		return nil, err
@@ -677,15 +690,15 @@ func (e *executor) optimStep(_ context.Context, ts *trainerState, _ *job, _ stri
 
 // saveWeightsOp is save_weights_for_sampler: the run's adapter as its next
 // weight version, which its sampler then loads.
-func (e *executor) saveWeightsOp(_ context.Context, ts *trainerState, j *job, _ string, _ payload.Parsed) (*applied, error) {
+func (e *Trainer) saveWeightsOp(_ context.Context, ts *trainerState, j *Job, _ string, _ payload.Parsed) (*applied, error) {
 	v, err := e.saveWeights(ts, j)
-	return &applied{result: weightsResult{v, samplerID(j.RunID)}, weightVersion: v}, err
+	return &applied{result: weightsResult{v, j.SamplerID}, weightVersion: v}, err
 }
 
 // sampleForRun is a run-scoped sample: the run's current weights go to its
 // sampler (a new version only if the trainer moved since the last one),
 // which samples and reports to the run.
-func (e *executor) sampleForRun(_ context.Context, ts *trainerState, j *job, _ string, _ payload.Parsed) (*applied, error) {
+func (e *Trainer) sampleForRun(_ context.Context, ts *trainerState, j *Job, _ string, _ payload.Parsed) (*applied, error) {
 	v := j.WeightVersion
 	if v == 0 || j.WeightsSeq != j.StateSeq {
 		var err error
@@ -724,7 +737,7 @@ type weightsResult struct {
 }
 
 // saveWeights writes the run's adapter as its next weight version.
-func (e *executor) saveWeights(ts *trainerState, j *job) (int64, error) {
+func (e *Trainer) saveWeights(ts *trainerState, j *Job) (int64, error) {
 	v := j.WeightVersion + 1
 	err := persistence.WriteDir(e.sys.volume.WeightsDir(j.RunID, v), func(tmp string) error {
 		return lora.SavePEFT(tmp, ts.tr.Adapter(), ts.baseModel)
@@ -743,7 +756,7 @@ func (e *executor) saveWeights(ts *trainerState, j *job) (int64, error) {
 // compared with the recorded one to show it. A rebuild goes one replayed
 // operation per slice (trainer returns nil until it is done), so that a
 // long replay takes turns with other organizations' work like any other.
-func (e *executor) trainer(t *task) (*trainerState, error) {
+func (e *Trainer) trainer(t *task) (*trainerState, error) {
 	j := t.j
 	if t.rb == nil {
 		ts := e.trainers[j.RunID]
@@ -793,13 +806,13 @@ type rebuild struct {
 // which a newer one fenced, perhaps in the middle of an operation, or at
 // another state), takes memory for a new one, loads its base state and
 // lists the operations to replay.
-func (e *executor) startRebuild(j *job) (*rebuild, error) {
+func (e *Trainer) startRebuild(j *Job) (*rebuild, error) {
 	e.drop(j.RunID)
 	m, err := e.sys.model(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
-	need := trainerBytes(m.Cfg(), &j.LoRA)
+	need := TrainerBytes(m.Cfg(), &j.LoRA)
 	if err := e.room(need, j.RunID); err != nil {
 		return nil, err
 	}
@@ -816,7 +829,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 		}
 	default:
 		var ad *lora.Adapter[float32]
-		if ad, err = lora.New(m.Cfg(), loraConfig(&j.LoRA)); err == nil {
+		if ad, err = lora.New(m.Cfg(), LoRAConfig(&j.LoRA)); err == nil {
 			ts.tr = train.NewTrainer(m, ad)
 		}
 	}
@@ -830,7 +843,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 				if op.SeqID > j.StateSeq {
 					return false, nil
 				}
-				if op.Status == states.OpSucceeded && kindOf(op.Kind).mutates {
+				if op.Status == states.OpSucceeded && KindOf(op.Kind).Mutates {
 					rb.replay = append(rb.replay, op)
 				}
 				return true, nil
@@ -851,7 +864,7 @@ func (e *executor) startRebuild(j *job) (*rebuild, error) {
 // the least recently used trainers that no operation is in the middle of
 // until it fits. When none is left to evict it asks the sampling executor
 // to let go of its idle adapters, and the operation waits (errNoRoom).
-func (e *executor) room(need int64, run string) error {
+func (e *Trainer) room(need int64, run string) error {
 	for !e.sys.mem.take(need) {
 		victim := ""
 		for id, ts := range e.trainers {
@@ -870,7 +883,7 @@ func (e *executor) room(need int64, run string) error {
 
 // pinned reports whether an operation in progress holds ts (a pass between
 // two of its micro-batches).
-func (e *executor) pinned(ts *trainerState) bool {
+func (e *Trainer) pinned(ts *trainerState) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, t := range e.tasks {
@@ -884,13 +897,13 @@ func (e *executor) pinned(ts *trainerState) bool {
 // evict lets a run's trainer go to free memory: to a snapshot first when
 // it is ahead of its last one and holds no gradient (the snapshot then
 // spares the run's next operation the replay), and the run records it.
-func (e *executor) evict(run string) {
+func (e *Trainer) evict(run string) {
 	ts := e.trainers[run]
 	if ts.stateSeq > ts.snapshotSeq && ts.tr.PendingGradients() == 0 {
 		if err := e.snapshot(run, ts); err != nil {
 			e.sys.log.Error("snapshot before eviction", "run", run, "err", err)
 		} else {
-			e.sys.run(run).snapshotted(snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
+			e.sys.reports.RunSnapshotted(run, Snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
 		}
 	}
 	e.sys.log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)
@@ -898,7 +911,7 @@ func (e *executor) evict(run string) {
 }
 
 // drop forgets a run's trainer and gives its memory back.
-func (e *executor) drop(run string) {
+func (e *Trainer) drop(run string) {
 	if ts := e.trainers[run]; ts != nil {
 		delete(e.trainers, run)
 		e.sys.mem.give(ts.bytes)
@@ -907,14 +920,14 @@ func (e *executor) drop(run string) {
 
 // snapshotted tells a run that its trainer was written as a snapshot at
 // SnapshotSeq (an eviction's): rebuilding it starts there.
-type snapshotted struct {
+type Snapshotted struct {
 	Epoch       uint64
 	SnapshotSeq int64
 }
 
 // checkReplay logs a replayed forward_backward whose loss differs from the
 // recorded one: the rebuilt trainer would then not be the one callers saw.
-func (e *executor) checkReplay(op *persistence.Operation, res any) {
+func (e *Trainer) checkReplay(op *persistence.Operation, res any) {
 	fr, ok := res.(forwardResult)
 	if !ok {
 		return
@@ -932,7 +945,7 @@ func (e *executor) checkReplay(op *persistence.Operation, res any) {
 // pending) to the run volume. It keeps the previous snapshot until a later
 // one replaces it: the run record may still name it if the node dies before
 // the grain records this one.
-func (e *executor) snapshot(runID string, ts *trainerState) error {
+func (e *Trainer) snapshot(runID string, ts *trainerState) error {
 	dir := e.sys.volume.SnapshotDir(runID, ts.stateSeq)
 	if err := persistence.WriteDir(dir, func(tmp string) error { return ts.tr.SaveState(tmp, ts.baseModel) }); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package actors
+package executor
 
 import (
 	"errors"
@@ -22,26 +22,26 @@ func TestKindTable(t *testing.T) {
 	}
 	for _, k := range kindTable {
 		switch {
-		case k.scope != 0 && k.parse == nil:
-			t.Errorf("%s may be submitted but has no parser", k.name)
-		case k.scope&onRun != 0 && k.train == nil:
-			t.Errorf("%s is taken by runs but has no trainer entry", k.name)
-		case k.scope&onSampler != 0 && k.sample == nil:
-			t.Errorf("%s is taken by samplers but has no sampling entry", k.name)
-		case k.mutates && k.train == nil:
-			t.Errorf("%s changes the trainer but does not run on it", k.name)
-		case k.snapshot != snapshotNever && !k.mutates:
-			t.Errorf("%s snapshots a trainer it does not change", k.name)
+		case k.Scope != 0 && k.Parse == nil:
+			t.Errorf("%s may be submitted but has no parser", k.Name)
+		case k.Scope&OnRun != 0 && k.train == nil:
+			t.Errorf("%s is taken by runs but has no trainer entry", k.Name)
+		case k.Scope&OnSampler != 0 && k.sample == nil:
+			t.Errorf("%s is taken by samplers but has no sampling entry", k.Name)
+		case k.Mutates && k.train == nil:
+			t.Errorf("%s changes the trainer but does not run on it", k.Name)
+		case k.Snapshot != snapshotNever && !k.Mutates:
+			t.Errorf("%s snapshots a trainer it does not change", k.Name)
 		}
 	}
 	var inv *payload.Invalid
-	if _, err := parse("train_everything", []byte(`{}`)); !errors.As(err, &inv) || inv.Field != "kind" {
+	if _, err := Parse("train_everything", []byte(`{}`)); !errors.As(err, &inv) || inv.Field != "kind" {
 		t.Errorf("an unknown kind: %v", err)
 	}
-	if _, err := parse(payload.Finish, nil); !errors.As(err, &inv) {
+	if _, err := Parse(payload.Finish, nil); !errors.As(err, &inv) {
 		t.Errorf("finish has no payload to submit: %v", err)
 	}
-	if kindOf("nope").mutates || kindOf(payload.Forward).mutates || !kindOf(payload.OptimStep).mutates {
+	if KindOf("nope").Mutates || KindOf(payload.Forward).Mutates || !KindOf(payload.OptimStep).Mutates {
 		t.Error("mutates")
 	}
 }

@@ -1,4 +1,4 @@
-package actors
+package executor
 
 import (
 	"fmt"
@@ -17,13 +17,13 @@ type models struct {
 }
 
 // model returns the catalog model name, loading it the first time.
-func (s *System) model(name string) (*transformer.Model[float32], error) {
+func (s *node) model(name string) (*transformer.Model[float32], error) {
 	s.models.mu.Lock()
 	defer s.models.mu.Unlock()
 	if m := s.models.loaded[name]; m != nil {
 		return m, nil
 	}
-	entry, ok := s.cfg.Registry.Catalog().Lookup(name)
+	entry, ok := s.env.Catalog.Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s is not in the catalog", kerr.ErrBadModel, name)
 	}
