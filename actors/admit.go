@@ -17,7 +17,7 @@ type ordered interface {
 	// owner is the tenant whose grain it is: another's submission finds
 	// nothing.
 	owner() persistence.Tenant
-	// rules are what a payload is checked against.
+	// rules are what a payload is checked against, built once per grain.
 	rules() (*submitRules, error)
 	// takes refuses when the grain's status takes no operations.
 	takes() error
@@ -37,7 +37,8 @@ type submitRules struct {
 	offered []string       // the kinds the session's capability row offers there
 	model   model.Config
 	// run is the run whose checkpoints load_state and export_lora may
-	// name (nil for a sampler).
+	// name (nil for a sampler); only what never changes in a run is read
+	// of it (its model, revision and adapter shape).
 	run *persistence.Run
 }
 

@@ -65,10 +65,11 @@ type runEnd struct {
 // record, which only it writes, fenced by the activation epoch.
 type runGrain struct {
 	opOwner
-	run       *persistence.Run
-	queue     []int64    // accepted operations not started, in seq order
-	executing int64      // the operation on the executor, 0 if none
-	priceList *priceList // the session's billing snapshot, read once
+	run        *persistence.Run
+	queue      []int64      // accepted operations not started, in seq order
+	executing  int64        // the operation on the executor, 0 if none
+	priceList  *priceList   // the session's billing snapshot, read once
+	admitRules *submitRules // what submissions are checked against, built once
 	// lease is the session's lease as accept last read or wrote it: every
 	// accepted operation checks it, and renews it about once a second.
 	lease persistence.Memo[lease.Lease]
@@ -248,12 +249,16 @@ func (g *runGrain) nextSeq() int64            { return g.run.NextSeqID }
 func (g *runGrain) takes() error              { return accepting(g.run) }
 
 func (g *runGrain) rules() (*submitRules, error) {
+	if g.admitRules != nil {
+		return g.admitRules, nil
+	}
 	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.run.BaseModel)
-	return &submitRules{what: "run", scope: executor.OnRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}, nil
+	g.admitRules = &submitRules{what: "run", scope: executor.OnRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}
+	return g.admitRules, nil
 }
 
 // accept writes an admitted operation, keeping its parsed payload near the

@@ -45,6 +45,8 @@ type samplerGrain struct {
 	forRun    []*executor.SamplingJob // run-scoped samples waiting for their weight version
 	failedAt  int64                   // the version whose sync failed: not retried until a newer one
 	priceList *priceList              // the session's billing snapshot, read once
+	// admitRules are what submissions are checked against, built once.
+	admitRules *submitRules
 	// waits holds, by seq_id, the weight version each queued operation
 	// requires (nil: none), and parsed the parsed payloads of those near
 	// the head (as a run's grain keeps them), so that a payload is parsed
@@ -177,12 +179,16 @@ func (g *samplerGrain) depth() int {
 }
 
 func (g *samplerGrain) rules() (*submitRules, error) {
+	if g.admitRules != nil {
+		return g.admitRules, nil
+	}
 	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.rec.BaseModel)
-	return &submitRules{what: "sampler", scope: executor.OnSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}, nil
+	g.admitRules = &submitRules{what: "sampler", scope: executor.OnSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}
+	return g.admitRules, nil
 }
 
 // accept writes an admitted operation: pending, or parked until the

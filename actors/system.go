@@ -1,12 +1,12 @@
-// Package actors holds the service's grains (virtual actors: one per session
-// and per run), the executor actor that runs the engine, and System, the
-// node-local front door the HTTP layer calls.
+// Package actors holds the service's grains (virtual actors: one per
+// session, run and sampler), their checkpoints, artifacts, exports and
+// usage, and System, the node: it wires the grains to the grain runtime
+// (actors/grain), the executors (actors/executor) and the store, and is the
+// front door the HTTP layer calls.
 //
-// Every state change of a session or run goes through its grain, whose
-// mailbox serialises it; reads go straight to the store, which holds only
-// committed state. Messages to actors on other nodes are wire.Call
-// envelopes with msgpack bodies; between actors of one node they are Go
-// values (local).
+// Every state change of a session, run or sampler goes through its grain,
+// whose mailbox serialises it; reads go straight to the store, which holds
+// only committed state.
 package actors
 
 import (

@@ -44,7 +44,7 @@ type exportResult struct {
 // records the checkpoint with the operation's outcome.
 func (e *Trainer) saveState(_ context.Context, ts *trainerState, j *Job, opID string, pp payload.Parsed) (*applied, error) {
 	p, runID, id := pp.(*payload.Save), j.RunID, checkpointID(opID)
-	dir := e.sys.volume.CheckpointDir(runID, id)
+	dir := e.sys.env.Volume.CheckpointDir(runID, id)
 	if err := persistence.WriteDir(dir, func(tmp string) error { return ts.tr.SaveState(tmp, ts.baseModel) }); err != nil {
 		return nil, fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -60,11 +60,11 @@ func (e *Trainer) saveState(_ context.Context, ts *trainerState, j *Job, opID st
 // optimizer state when asked (otherwise AdamW starts afresh).
 func (e *Trainer) loadState(_ context.Context, ts *trainerState, _ *Job, _ string, pp payload.Parsed) (*applied, error) {
 	p := pp.(*payload.Load)
-	cp, err := e.sys.checkpoint(p.CheckpointID)
+	cp, err := e.sys.env.Checkpoint(p.CheckpointID)
 	if err != nil {
 		return nil, err
 	}
-	dir, m := e.sys.volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model()
+	dir, m := e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model()
 	var tr *train.Trainer
 	if p.WithOptimizer {
 		tr, err = train.LoadState(dir, m)
@@ -85,14 +85,14 @@ func (e *Trainer) loadState(_ context.Context, ts *trainerState, _ *Job, _ strin
 // checkpoint's) with a model card, and describes it as an artifact.
 func (e *Trainer) exportLoRA(_ context.Context, ts *trainerState, j *Job, opID string, pp payload.Parsed) (*applied, error) {
 	p, runID, id := pp.(*payload.Export), j.RunID, artifactID(opID)
-	dir := e.sys.volume.ArtifactDir(runID, id)
+	dir := e.sys.env.Volume.ArtifactDir(runID, id)
 	ad, step := ts.tr.Adapter(), int64(ts.tr.Steps())
 	if p.CheckpointID != "" {
-		cp, err := e.sys.checkpoint(p.CheckpointID)
+		cp, err := e.sys.env.Checkpoint(p.CheckpointID)
 		if err != nil {
 			return nil, err
 		}
-		if ad, err = lora.LoadPEFT(e.sys.volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model().Cfg()); err != nil {
+		if ad, err = lora.LoadPEFT(e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model().Cfg()); err != nil {
 			return nil, fmt.Errorf("read checkpoint %s: %w", cp.ID, err)
 		}
 		step = cp.Step

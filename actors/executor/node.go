@@ -61,15 +61,7 @@ const CodeCancelled = "cancelled"
 
 // node is what a device's two executors share.
 type node struct {
-	env     Env
-	reports Reports
-	log     *slog.Logger
-	volume  persistence.Volume
-	store   persistence.Store
-	cfg     struct {
-		Metrics       *telemetry.Metrics
-		SnapshotEvery time.Duration
-	}
+	env      Env
 	mem      *Budget
 	models   models
 	trainer  *Trainer
@@ -79,14 +71,11 @@ type node struct {
 // Start starts a device's executors over a memory budget of budget bytes
 // (0: none).
 func Start(env Env, budget int64) (*Trainer, *Sampling, *Budget) {
-	n := &node{env: env, reports: env.Reports, log: env.Log, volume: env.Volume, store: env.Store, mem: newBudget(budget)}
-	n.cfg.Metrics, n.cfg.SnapshotEvery = env.Metrics, env.SnapshotEvery
+	n := &node{env: env, mem: newBudget(budget)}
 	n.trainer = newTrainer(n)
 	n.sampling = newSampling(n)
 	return n.trainer, n.sampling, n.mem
 }
-
-func (n *node) checkpoint(id string) (*persistence.Checkpoint, error) { return n.env.Checkpoint(id) }
 
 // samplingTrim asks the sampling executor to let go of its idle adapters
 // (the trainer's executor needs memory), and execTrim the trainer's

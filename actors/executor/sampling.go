@@ -20,7 +20,7 @@ import (
 	"github.com/wts-project/wts/kernels/transformer"
 )
 
-// samplingExecutor runs the samplers of this node: never on the trainer's
+// Sampling runs the samplers of this node: never on the trainer's
 // executor, so sampling never waits behind a training step. It holds each
 // sampler's adapter at one weight version beside the shared base model;
 // a sampler released for idleness drops its adapter, and the next job loads
@@ -124,7 +124,7 @@ type SamplingJob struct {
 	Parsed payload.Parsed `msgpack:"-"` // Payload parsed, when the grain had it (it is not encoded)
 }
 
-// synced is the sampling executor's report on a sync.
+// Synced is the sampling executor's report on a sync.
 type Synced struct {
 	Epoch   uint64
 	Version int64
@@ -251,7 +251,7 @@ func (e *Sampling) launch() {
 		}
 		var streams []*sampler.Stream
 		var errs []error
-		err := grain.Guard(e.sys.log, "sampling prefill", func() error {
+		err := grain.Guard(e.sys.env.Log, "sampling prefill", func() error {
 			streams, errs = sampler.StartMany(fs[0].held.model, zs, qs)
 			return nil
 		})
@@ -274,7 +274,7 @@ func (e *Sampling) launch() {
 // executing); a run-scoped sample's run operation is executing already.
 func (e *Sampling) started(j *SamplingJob) {
 	if !j.ForRun {
-		e.sys.reports.SamplerStarted(j.ReplyID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.env.Reports.SamplerStarted(j.ReplyID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 }
 
@@ -309,8 +309,8 @@ func (e *Sampling) take(c samplingCmd) {
 	case e.stopping.Load():
 		return // not started: pending on disk, it runs after the next start
 	case !e.fence.admit(c.job.sender(), c.job.Epoch):
-		e.sys.cfg.Metrics.Fenced("sampling")
-		e.sys.log.Warn("sampling executor refused a stale activation's job", "grain", c.job.sender(), "seq_id", c.job.SeqID, "epoch", c.job.Epoch)
+		e.sys.env.Metrics.Fenced("sampling")
+		e.sys.env.Log.Warn("sampling executor refused a stale activation's job", "grain", c.job.sender(), "seq_id", c.job.SeqID, "epoch", c.job.Epoch)
 		return
 	}
 	e.begin(c.job)
@@ -325,7 +325,7 @@ func (e *Sampling) begin(j *SamplingJob) {
 		e.report(j, &Done{Status: states.OpCancelled, Code: CodeCancelled, Message: "cancelled before it started"}, start)
 		return
 	}
-	if err := grain.Guard(e.sys.log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
+	if err := grain.Guard(e.sys.env.Log, "sampling "+j.Kind, func() error { e.start(j, start); return nil }); err != nil {
 		e.report(j, failure(context.Background(), err), start)
 	}
 }
@@ -393,7 +393,7 @@ func (e *Sampling) start(j *SamplingJob, start time.Time) {
 			f := failure(context.Background(), err)
 			rep.Code, rep.Message = f.Code, f.Message
 		}
-		e.sys.reports.SamplerSynced(j.SamplerID, rep)
+		e.sys.env.Reports.SamplerSynced(j.SamplerID, rep)
 		return
 	case err != nil:
 		e.report(j, failure(context.Background(), err), start)
@@ -451,7 +451,7 @@ func (e *Sampling) step(ar *transformer.Arena[float32]) {
 	}
 	failed := map[*transformer.Model[float32]]error{}
 	for _, ss := range byModel(streams, (*sampler.Stream).Model) {
-		if err := grain.Guard(e.sys.log, "sampling step", func() error { return sampler.Step(ss, ar) }); err != nil {
+		if err := grain.Guard(e.sys.env.Log, "sampling step", func() error { return sampler.Step(ss, ar) }); err != nil {
 			failed[ss[0].Model()] = err
 		}
 	}
@@ -510,12 +510,12 @@ func succeeded(res any, tokens int64) *Done {
 func (e *Sampling) report(j *SamplingJob, d *Done, start time.Time) {
 	took := time.Since(start)
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
-	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
+	e.sys.env.Metrics.Executed(j.Kind, d.Status, took)
 	if j.ForRun {
-		e.sys.reports.RunDone(j.ReplyID, d)
+		e.sys.env.Reports.RunDone(j.ReplyID, d)
 		return
 	}
-	e.sys.reports.SamplerDone(j.ReplyID, d)
+	e.sys.env.Reports.SamplerDone(j.ReplyID, d)
 }
 
 // Receive takes the sampler grains' commands.
@@ -528,13 +528,13 @@ func (e *Sampling) Receive(ctx actor.Context) {
 	case MsgSample:
 		j, err := grain.Decode[SamplingJob](in)
 		if err != nil {
-			e.sys.log.Error("sampling command", "err", err)
+			e.sys.env.Log.Error("sampling command", "err", err)
 			return
 		}
 		if !e.cmds.put(samplingCmd{job: j}) {
 			// Stopping: the operation stays pending on disk and runs after
 			// the next start.
-			e.sys.log.Info("sampling job not started: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
+			e.sys.env.Log.Info("sampling job not started: the node is stopping", "sampler", j.SamplerID, "seq_id", j.SeqID)
 		}
 	case MsgSamplingRelease:
 		r, err := grain.Decode[JobRef](in)
@@ -559,7 +559,7 @@ func (e *Sampling) adapter(j *SamplingJob) (*heldAdapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	ad, err := lora.LoadPEFT(e.sys.volume.WeightsDir(j.RunID, j.Version), m.Cfg())
+	ad, err := lora.LoadPEFT(e.sys.env.Volume.WeightsDir(j.RunID, j.Version), m.Cfg())
 	if err != nil {
 		return nil, fmt.Errorf("load weight version %d of %s: %w", j.Version, j.RunID, err)
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/wts-project/wts/persistence"
 )
 
-// job is one operation for the executor, with what it needs to rebuild the
+// Job is one operation for the executor, with what it needs to rebuild the
 // run's trainer if it does not hold it at the right state.
 type Job struct {
 	RunID       string
@@ -57,7 +57,7 @@ type Job struct {
 	Parsed payload.Parsed `msgpack:"-"` // Payload parsed, when the grain had it (it is not encoded)
 }
 
-// executor runs the engine for every run on this node, one slice of work
+// Trainer runs the engine for every run on this node, one slice of work
 // at a time on its worker (the engine already uses every core): a slice is
 // one micro-batch of a forward or forward_backward (train.Pass), or a whole
 // other operation, or loading a trainer's base state or replaying one
@@ -155,7 +155,7 @@ func (e *Trainer) WithMemory(org, key string, need int64, fn func() error) error
 func (e *Trainer) runChore(t *task) {
 	err := t.ctx.Err()
 	if err == nil {
-		err = grain.Guard(e.sys.log, "executor chore "+t.j.RunID, func() error { return t.chore.run(e) })
+		err = grain.Guard(e.sys.env.Log, "executor chore "+t.j.RunID, func() error { return t.chore.run(e) })
 	}
 	if errors.Is(err, errNoRoom) && t.ctx.Err() == nil {
 		if e.backInLine(t) {
@@ -249,7 +249,7 @@ func (e *Trainer) Receive(ctx actor.Context) {
 		err = fmt.Errorf("unknown method %q", method)
 	}
 	if err != nil {
-		e.sys.log.Error("executor command", "method", method, "err", err)
+		e.sys.env.Log.Error("executor command", "method", method, "err", err)
 	}
 }
 
@@ -266,7 +266,7 @@ func (e *Trainer) submit(j *Job) {
 		// The operation is still pending on disk and runs after the next
 		// start.
 		cancel(errStopping)
-		e.sys.log.Info("job not started: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
+		e.sys.env.Log.Info("job not started: the node is stopping", "run", j.RunID, "seq_id", j.SeqID)
 		return
 	}
 	if !e.admit(j.RunID, j.Epoch, "job") {
@@ -298,8 +298,8 @@ func (e *Trainer) admit(runID string, epoch uint64, what string) bool {
 	if e.fence.admit(runID, epoch) {
 		return true
 	}
-	e.sys.cfg.Metrics.Fenced("trainer")
-	e.sys.log.Warn("executor refused a stale activation's command", "run", runID, "command", what, "epoch", epoch, "current", e.fence.current(runID))
+	e.sys.env.Metrics.Fenced("trainer")
+	e.sys.env.Log.Warn("executor refused a stale activation's command", "run", runID, "command", what, "epoch", epoch, "current", e.fence.current(runID))
 	return false
 }
 
@@ -412,7 +412,7 @@ func (e *Trainer) slice(t *task) {
 		t.started = time.Now()
 	}
 	if d == nil {
-		err = grain.Guard(e.sys.log, "executor "+j.Kind, func() (err error) {
+		err = grain.Guard(e.sys.env.Log, "executor "+j.Kind, func() (err error) {
 			d, err = e.step(t)
 			return err
 		})
@@ -438,7 +438,7 @@ func (e *Trainer) slice(t *task) {
 		took = time.Since(t.started)
 	}
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
-	e.sys.cfg.Metrics.Executed(j.Kind, d.Status, took)
+	e.sys.env.Metrics.Executed(j.Kind, d.Status, took)
 	if t.mark != nil {
 		t.mark.Stop()
 	}
@@ -449,7 +449,7 @@ func (e *Trainer) slice(t *task) {
 	e.mu.Lock()
 	e.forget(t)
 	e.mu.Unlock()
-	e.sys.reports.RunDone(j.RunID, d)
+	e.sys.env.Reports.RunDone(j.RunID, d)
 }
 
 // backInLine puts t back in its organization's line for its next turn, and
@@ -480,7 +480,7 @@ const markAfter = 20 * time.Millisecond
 func (e *Trainer) markStarted(t *task) {
 	j := t.j
 	report := func() {
-		e.sys.reports.RunStarted(j.RunID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
+		e.sys.env.Reports.RunStarted(j.RunID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
 	}
 	if j.First {
 		report()
@@ -511,7 +511,7 @@ func (e *Trainer) step(t *task) (*Done, error) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
 				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-				e.sys.reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+				e.sys.env.Reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
 			}
 		})
 	}
@@ -571,9 +571,9 @@ func (e *Trainer) succeeded(t *task, out *applied) (*Done, error) {
 	if k.Mutates {
 		ts.stateSeq = j.SeqID
 	}
-	if k.Snapshot == snapshotPeriodic && time.Since(ts.lastSnapshot) >= e.sys.cfg.SnapshotEvery || k.Snapshot == snapshotAlways {
+	if k.Snapshot == snapshotPeriodic && time.Since(ts.lastSnapshot) >= e.sys.env.SnapshotEvery || k.Snapshot == snapshotAlways {
 		if err := e.snapshot(j.RunID, ts); err != nil {
-			e.sys.log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
+			e.sys.env.Log.Error("trainer snapshot", "run", j.RunID, "seq", j.SeqID, "err", err)
 		} else {
 			d.SnapshotSeq = ts.snapshotSeq
 		}
@@ -581,7 +581,7 @@ func (e *Trainer) succeeded(t *task, out *applied) (*Done, error) {
 	return d, nil
 }
 
-// started is the executor's word that an operation's own work began.
+// Started is the executor's word that an operation's own work began.
 type Started struct {
 	Epoch uint64
 	SeqID int64
@@ -739,7 +739,7 @@ type weightsResult struct {
 // saveWeights writes the run's adapter as its next weight version.
 func (e *Trainer) saveWeights(ts *trainerState, j *Job) (int64, error) {
 	v := j.WeightVersion + 1
-	err := persistence.WriteDir(e.sys.volume.WeightsDir(j.RunID, v), func(tmp string) error {
+	err := persistence.WriteDir(e.sys.env.Volume.WeightsDir(j.RunID, v), func(tmp string) error {
 		return lora.SavePEFT(tmp, ts.tr.Adapter(), ts.baseModel)
 	})
 	if err != nil {
@@ -787,7 +787,7 @@ func (e *Trainer) trainer(t *task) (*trainerState, error) {
 			return nil, nil
 		}
 	}
-	e.sys.log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(rb.replay), "state_seq", j.StateSeq)
+	e.sys.env.Log.Info("trainer rebuilt", "run", j.RunID, "snapshot_seq", j.SnapshotSeq, "replayed", len(rb.replay), "state_seq", j.StateSeq)
 	e.trainers[j.RunID], t.rb = rb.ts, nil
 	return rb.ts, nil
 }
@@ -820,11 +820,11 @@ func (e *Trainer) startRebuild(j *Job) (*rebuild, error) {
 	rb := &rebuild{ts: ts}
 	switch {
 	case j.SnapshotSeq > 0:
-		if ts.tr, err = train.LoadState(e.sys.volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
+		if ts.tr, err = train.LoadState(e.sys.env.Volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
 			err = fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
 		}
 	case j.FromCheckpoint:
-		if ts.tr, err = train.LoadState(e.sys.volume.InitialDir(j.RunID), m); err != nil {
+		if ts.tr, err = train.LoadState(e.sys.env.Volume.InitialDir(j.RunID), m); err != nil {
 			err = fmt.Errorf("load the initial state of %s: %w", j.RunID, err)
 		}
 	default:
@@ -834,7 +834,7 @@ func (e *Trainer) startRebuild(j *Job) (*rebuild, error) {
 		}
 	}
 	if err == nil {
-		err = e.sys.store.View(func(tx persistence.Tx) error {
+		err = e.sys.env.Store.View(func(tx persistence.Tx) error {
 			return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
 				op := new(persistence.Operation)
 				if err := persistence.Decode(raw, op); err != nil {
@@ -901,12 +901,12 @@ func (e *Trainer) evict(run string) {
 	ts := e.trainers[run]
 	if ts.stateSeq > ts.snapshotSeq && ts.tr.PendingGradients() == 0 {
 		if err := e.snapshot(run, ts); err != nil {
-			e.sys.log.Error("snapshot before eviction", "run", run, "err", err)
+			e.sys.env.Log.Error("snapshot before eviction", "run", run, "err", err)
 		} else {
-			e.sys.reports.RunSnapshotted(run, Snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
+			e.sys.env.Reports.RunSnapshotted(run, Snapshotted{Epoch: ts.epoch, SnapshotSeq: ts.snapshotSeq})
 		}
 	}
-	e.sys.log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)
+	e.sys.env.Log.Info("trainer evicted", "run", run, "state_seq", ts.stateSeq, "mib", ts.bytes>>20)
 	e.drop(run)
 }
 
@@ -918,7 +918,7 @@ func (e *Trainer) drop(run string) {
 	}
 }
 
-// snapshotted tells a run that its trainer was written as a snapshot at
+// Snapshotted tells a run that its trainer was written as a snapshot at
 // SnapshotSeq (an eviction's): rebuilding it starts there.
 type Snapshotted struct {
 	Epoch       uint64
@@ -937,7 +937,7 @@ func (e *Trainer) checkReplay(op *persistence.Operation, res any) {
 		return
 	}
 	if a, b := fr.Metrics["loss:sum"], recorded.Metrics["loss:sum"]; a != b && !(math.IsNaN(a) && math.IsNaN(b)) {
-		e.sys.log.Warn("replayed loss differs from the recorded one", "run", op.RunID, "seq", op.SeqID, "replayed", a, "recorded", b)
+		e.sys.env.Log.Warn("replayed loss differs from the recorded one", "run", op.RunID, "seq", op.SeqID, "replayed", a, "recorded", b)
 	}
 }
 
@@ -946,7 +946,7 @@ func (e *Trainer) checkReplay(op *persistence.Operation, res any) {
 // one replaces it: the run record may still name it if the node dies before
 // the grain records this one.
 func (e *Trainer) snapshot(runID string, ts *trainerState) error {
-	dir := e.sys.volume.SnapshotDir(runID, ts.stateSeq)
+	dir := e.sys.env.Volume.SnapshotDir(runID, ts.stateSeq)
 	if err := persistence.WriteDir(dir, func(tmp string) error { return ts.tr.SaveState(tmp, ts.baseModel) }); err != nil {
 		return err
 	}
