@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/wts-project/wts/actors/protocol"
 	"testing"
 
 	"github.com/wts-project/wts/actors/executor"
@@ -18,15 +19,15 @@ func TestChore(t *testing.T) {
 	_, run := newRun(t, s)
 	want := errors.New("the chore's own failure")
 	ran := 0
-	if err := s.exec.Chore("acme", "a", func(*executor.Trainer) error { ran++; return want }); !errors.Is(err, want) || ran != 1 {
+	if err := s.n.Trainer.Chore("acme", "a", func(*executor.Trainer) error { ran++; return want }); !errors.Is(err, want) || ran != 1 {
 		t.Fatalf("chore: %v, ran %d times", err, ran)
 	}
-	if err := s.exec.Chore("acme", "b", func(*executor.Trainer) error { panic("chore fault") }); !errors.Is(err, grain.ErrPanic) {
+	if err := s.n.Trainer.Chore("acme", "b", func(*executor.Trainer) error { panic("chore fault") }); !errors.Is(err, grain.ErrPanic) {
 		t.Fatalf("a panicking chore: %v", err)
 	}
 	loss(t, submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1)))
 	s.Stop(context.Background())
-	if err := s.exec.Chore("acme", "c", func(*executor.Trainer) error { return nil }); AsError(err).Code != CodeUnavailable {
+	if err := s.n.Trainer.Chore("acme", "c", func(*executor.Trainer) error { return nil }); protocol.AsError(err).Code != protocol.CodeUnavailable {
 		t.Fatalf("a chore after the stop: %v", err)
 	}
 }

@@ -27,7 +27,7 @@ type Device struct {
 // Devices are the node's devices and what each has free now.
 func (s *System) Devices() []Device {
 	return []Device{{ID: "cpu0", Kind: "cpu", Name: cpuName(), Threads: par.Workers(),
-		MemoryBytes: s.mem.Limit(), FreeBytes: max(0, s.mem.Limit()-s.mem.InUse())}}
+		MemoryBytes: s.n.Memory.Limit(), FreeBytes: max(0, s.n.Memory.Limit()-s.n.Memory.InUse())}}
 }
 
 // cpuName is the processor's model, as the OS names it.

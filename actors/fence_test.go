@@ -42,7 +42,7 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	_, run := newRun(t, s)
 	submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1))
 	var h persistence.Head
-	if err := s.store.View(func(tx persistence.Tx) error {
+	if err := s.n.Store.View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Heads, []byte(run.ID), &h)
 		return err
 	}); err != nil || h.Epoch < 1 {
@@ -55,8 +55,8 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	defer func() { executor.FaultHook = func(*executor.Job) {} }()
 	stale := &executor.Job{RunID: run.ID, Tenant: tenant, Epoch: h.Epoch - 1, OpID: "wto_stale", SeqID: 1000, Kind: payload.Forward,
 		Payload: batch(2), BaseModel: run.BaseModel, LoRA: run.LoRA, StateSeq: 1}
-	s.execJob(stale)
-	s.execCancel(executor.JobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
+	s.n.ExecJob(stale)
+	s.n.ExecCancel(executor.JobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
 	if op := submit(t, s, run.ID, 2, payload.Forward, batch(3)); op.Status != states.OpSucceeded {
 		t.Fatalf("the run's own operation: %s %v", op.Status, op.ErrorMessage)
 	}

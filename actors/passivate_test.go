@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/wts-project/wts/actors/protocol"
 	"testing"
 	"time"
 
@@ -37,9 +38,9 @@ func TestGrainsPassivate(t *testing.T) {
 	defer s.Stop(context.Background())
 	ss, run := newRun(t, s)
 	first := loss(t, submit(t, s, run.ID, 1, payload.ForwardBackward, batch(1)))
-	awaitPassivated(t, s, sessionKind, runKind)
+	awaitPassivated(t, s, protocol.SessionKind, protocol.RunKind)
 
-	again, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 1, IdempotencyKey: "k1", RequestHash: "h1", Kind: payload.ForwardBackward, Payload: batch(1)})
+	again, err := s.Submit(protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: 1, IdempotencyKey: "k1", RequestHash: "h1", Kind: payload.ForwardBackward, Payload: batch(1)})
 	if err != nil || again.Created || loss(t, wait(t, s, again.Op.ID)) != first {
 		t.Fatalf("the repeat after passivation: %+v %v", again, err)
 	}
@@ -48,10 +49,10 @@ func TestGrainsPassivate(t *testing.T) {
 	if r, _ := s.GetRun(tenant, run.ID); r.NextSeqID != 4 {
 		t.Fatalf("next_seq_id %d after reactivation", r.NextSeqID)
 	}
-	awaitPassivated(t, s, sessionKind, runKind)
+	awaitPassivated(t, s, protocol.SessionKind, protocol.RunKind)
 
 	before, _ := s.GetSession(tenant, ss.ID)
-	s.remind(sessionReminder(ss.ID)) // the lease's reminder, early: it re-arms
+	s.remind(protocol.ReminderKey(protocol.SessionKind, ss.ID)) // the lease's reminder, early: it re-arms
 	after, err := s.GetSession(tenant, ss.ID)
 	if err != nil || after.Status != states.SessionReady || after.LeaseEpoch != before.LeaseEpoch+1 {
 		t.Fatalf("the reminder did not reactivate the session: %+v -> %+v (%v)", before, after, err)
@@ -66,20 +67,20 @@ func TestGrainsPassivate(t *testing.T) {
 func TestFailedActivationRetried(t *testing.T) {
 	s := start(t, registry(t), t.TempDir())
 	defer s.Stop(context.Background())
-	id := NewID(RunPrefix)
-	var e *Error
-	if err := s.router.Call(runKind, id, "run.wake", struct{}{}, nil); !errors.As(err, &e) || e.Code != CodeNotFound {
+	id := protocol.NewID(protocol.RunPrefix)
+	var e *protocol.Error
+	if err := s.n.Router.Call(protocol.RunKind, id, "run.wake", struct{}{}, nil); !errors.As(err, &e) || e.Code != protocol.CodeNotFound {
 		t.Fatalf("waking a run with no record: %v", err)
 	}
 	_, run := newRun(t, s)
 	r := *run
 	r.ID = id
-	if err := s.store.Update(func(tx persistence.Tx) error { return persistence.CreateRun(tx, &r) }); err != nil {
+	if err := s.n.Store.Update(func(tx persistence.Tx) error { return persistence.CreateRun(tx, &r) }); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := s.router.Call(runKind, id, "run.wake", struct{}{}, nil)
+		err := s.n.Router.Call(protocol.RunKind, id, "run.wake", struct{}{}, nil)
 		if err == nil {
 			break
 		}

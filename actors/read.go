@@ -1,10 +1,11 @@
 package actors
 
 import (
-	"errors"
 	"math"
 
-	"github.com/wts-project/wts/kernels/kerr"
+	"github.com/wts-project/wts/actors/artifacts"
+	"github.com/wts-project/wts/actors/lease"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -16,7 +17,7 @@ import (
 func get[T any](s *System, what, id string, t persistence.Tenant, read func(persistence.Tx, string, *T) (bool, error), owner func(*T) persistence.Tenant) (*T, error) {
 	v := new(T)
 	var ok bool
-	err := s.store.View(func(tx persistence.Tx) (err error) {
+	err := s.n.Store.View(func(tx persistence.Tx) (err error) {
 		ok, err = read(tx, id, v)
 		return err
 	})
@@ -24,25 +25,25 @@ func get[T any](s *System, what, id string, t persistence.Tenant, read func(pers
 		return nil, err
 	}
 	if !ok || owner(v) != t {
-		return nil, notFound(what, id)
+		return nil, protocol.NotFound(what, id)
 	}
 	return v, nil
 }
 
 // GetSession reads a session with its lease.
-func (s *System) GetSession(t persistence.Tenant, id string) (*Session, error) {
-	read := func(tx persistence.Tx, id string, v *Session) (bool, error) {
+func (s *System) GetSession(t persistence.Tenant, id string) (*protocol.Session, error) {
+	read := func(tx persistence.Tx, id string, v *protocol.Session) (bool, error) {
 		ok, err := tx.Get(persistence.Sessions, []byte(id), &v.Session)
 		if !ok || err != nil {
 			return ok, err
 		}
-		l, err := getLease(tx, id)
+		l, err := lease.Get(tx, id)
 		if err == nil {
-			*v = *sessionView(&v.Session, l)
+			*v = *protocol.SessionView(&v.Session, l)
 		}
 		return true, err
 	}
-	return get(s, "session", id, t, read, func(v *Session) persistence.Tenant { return v.Tenant })
+	return get(s, "session", id, t, read, func(v *protocol.Session) persistence.Tenant { return v.Tenant })
 }
 
 // GetRun reads a run.
@@ -55,7 +56,7 @@ func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Ope
 	var op persistence.Operation
 	var found bool
 	var owner persistence.Tenant
-	err := s.store.View(func(tx persistence.Tx) error {
+	err := s.n.Store.View(func(tx persistence.Tx) error {
 		var key []byte
 		if ok, err := tx.Get(persistence.Index, []byte(id), &key); err != nil || !ok {
 			return err
@@ -73,10 +74,34 @@ func (s *System) GetOperation(t persistence.Tenant, id string) (*persistence.Ope
 		return nil, err
 	}
 	if !found || owner != t {
-		return nil, notFound("operation", id)
+		return nil, protocol.NotFound("operation", id)
 	}
 	op.Payload = nil
 	return &op, nil
+}
+
+// GetSampler reads a sampler.
+func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampler, error) {
+	read := func(tx persistence.Tx, id string, v *persistence.Sampler) (bool, error) {
+		ok, err := tx.Get(persistence.Samplers, []byte(id), v)
+		if ok && err == nil {
+			var h persistence.Head
+			_, err = tx.Get(persistence.Heads, []byte(id), &h)
+			v.NextSeqID = h.NextSeqID
+		}
+		return ok, err
+	}
+	return get(s, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
+}
+
+// GetCheckpoint reads a checkpoint of tenant t.
+func (s *System) GetCheckpoint(t persistence.Tenant, id string) (*persistence.Checkpoint, error) {
+	return artifacts.GetCheckpoint(s.n.Store, t, id)
+}
+
+// GetArtifact reads an artifact of tenant t.
+func (s *System) GetArtifact(t persistence.Tenant, id string) (*persistence.Artifact, error) {
+	return artifacts.GetArtifact(s.n.Store, t, id)
 }
 
 // Page is one page of a run's sequence-keyed records.
@@ -98,7 +123,7 @@ func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID st
 // caller's.
 func seqPage[T any](s *System, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
 	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
-	err := s.store.View(func(tx persistence.Tx) error {
+	err := s.n.Store.View(func(tx persistence.Tx) error {
 		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
 			var v T
 			if err := persistence.Decode(raw, &v); err != nil {
@@ -123,6 +148,16 @@ func (s *System) ListSamplerOperations(t persistence.Tenant, samplerID string, a
 		return nil, err
 	}
 	return handles(seqPage(s, persistence.Ops, samplerID, after, limit, opSeq))
+}
+
+// ListCheckpoints pages a run's checkpoints in the order they were saved.
+func (s *System) ListCheckpoints(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Checkpoint], error) {
+	return page(s, t, persistence.Checkpoints, runID, after, limit, func(c *persistence.Checkpoint) int64 { return c.SeqID })
+}
+
+// ListArtifacts pages a run's artifacts in the order they were exported.
+func (s *System) ListArtifacts(t persistence.Tenant, runID string, after int64, limit int) (*Page[persistence.Artifact], error) {
+	return page(s, t, persistence.Artifacts, runID, after, limit, func(a *persistence.Artifact) int64 { return a.SeqID })
 }
 
 func opSeq(o *persistence.Operation) int64 { return o.SeqID }
@@ -178,17 +213,4 @@ func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit 
 type MetricsPage struct {
 	Page[persistence.Metric]
 	Summary map[string]Summary `json:"summary"`
-}
-
-// engineRefusal turns an engine input error into a validation refusal with
-// the engine's code.
-func engineRefusal(err error) error {
-	if code := kerr.Code(err); code != "" {
-		return &Error{Code: code, Message: err.Error()}
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return err
 }

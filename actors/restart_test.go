@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/wts-project/wts/actors/oplog"
+	"github.com/wts-project/wts/actors/protocol"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -57,11 +59,11 @@ func TestExecutingAtStartRunsAgain(t *testing.T) {
 	}
 	s.Stop(context.Background())
 
-	markExecutingOnDisk(t, data, run.ID, 1, maxAttempts-1)
+	markExecutingOnDisk(t, data, run.ID, 1, oplog.MaxAttempts-1)
 	s = start(t, reg, data)
 	defer s.Stop(context.Background())
 	op = wait(t, s, mustOpID(t, s, run.ID, 1))
-	if op.Status != states.OpFailed || *op.ErrorCode != CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(maxAttempts)) {
+	if op.Status != states.OpFailed || *op.ErrorCode != protocol.CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(oplog.MaxAttempts)) {
 		t.Fatalf("third crash: %s %v %v", op.Status, op.ErrorCode, op.ErrorMessage)
 	}
 	if r, _ := s.GetRun(tenant, run.ID); r.Status != states.RunInterrupted {
@@ -91,15 +93,15 @@ func TestBusyRunKeepsLease(t *testing.T) {
 		data = append(data, fmt.Sprintf(`{"model_input":{"token_ids":[%d,5,9,3,7,1,2,4,6,8,10,12,14,16,18,20]},"loss_fn_inputs":{"target_tokens":[5,9,3,7,1,2,4,6,8,10,12,14,16,18,20,22]}}`, i%60))
 	}
 	long := json.RawMessage(`{"data":[` + strings.Join(data, ",") + `]}`)
-	acc, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 1, IdempotencyKey: "long", RequestHash: "h", Kind: "forward", Payload: long})
+	acc, err := s.Submit(protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: 1, IdempotencyKey: "long", RequestHash: "h", Kind: "forward", Payload: long})
 	if err != nil {
 		t.Fatal(err)
 	}
 	offset.Add(int64(time.Duration(ss.IdleTTLSeconds+60) * time.Second))
-	if _, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "next", RequestHash: "h2", Kind: "forward", Payload: batch(2)}); err != nil {
+	if _, err := s.Submit(protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "next", RequestHash: "h2", Kind: "forward", Payload: batch(2)}); err != nil {
 		t.Fatalf("a submission past the lease while the run is busy: %v", err)
 	}
-	s.reminders.Due()
+	s.n.Reminders.Due()
 	got, _ := s.GetSession(tenant, ss.ID)
 	if op, _ := s.GetOperation(tenant, acc.Op.ID); states.Terminal(states.OpMoves, op.Status) {
 		t.Skip("the long forward ended before the reminder") // nothing was busy to prove it
@@ -125,7 +127,7 @@ func TestPanicFailsOneOperation(t *testing.T) {
 	_, run := newRun(t, s)
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
 	bad := submit(t, s, run.ID, 2, "forward", batch(2))
-	if bad.Status != states.OpFailed || *bad.ErrorCode != CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
+	if bad.Status != states.OpFailed || *bad.ErrorCode != protocol.CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
 		t.Fatalf("the panicking operation: %s %v %v", bad.Status, bad.ErrorCode, bad.ErrorMessage)
 	}
 	loss(t, submit(t, s, run.ID, 3, "forward", batch(3)))

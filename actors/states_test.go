@@ -9,13 +9,22 @@ import (
 	"testing"
 )
 
-// TestStatusesMoveByTable reads the package's source: no statement assigns
-// a status field, so every change after a record's creation goes through
-// states.Move and its table.
+// TestStatusesMoveByTable reads the source of the node and of every
+// package under it (the grains, the executors, artifacts, usage): no
+// statement assigns a status field, so every change after a record's
+// creation goes through states.Move and its table.
 func TestStatusesMoveByTable(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
+	}
+	under, err := filepath.Glob("*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, under...)
+	if len(under) < 20 {
+		t.Fatalf("found %d files under the node's packages; the scan would prove nothing", len(under))
 	}
 	fset := token.NewFileSet()
 	for _, name := range files {

@@ -1,12 +1,10 @@
-// Package actors holds the service's grains (virtual actors: one per
-// session, run and sampler), their checkpoints, artifacts, exports and
-// usage, and System, the node: it wires the grains to the grain runtime
-// (actors/grain), the executors (actors/executor) and the store, and is the
-// front door the HTTP layer calls.
-//
-// Every state change of a session, run or sampler goes through its grain,
-// whose mailbox serialises it; reads go straight to the store, which holds
-// only committed state.
+// Package actors is the node: System wires the grain kinds (actors/session,
+// actors/run, actors/sampler) to the grain runtime (actors/grain), the
+// executors (actors/executor), the store and the exporter, and is the front
+// door the HTTP layer calls. It holds no business rule of its own: each
+// write goes to the grain that owns it (through its typed client in
+// actors/protocol), and reads go straight to the store, which holds only
+// committed state.
 package actors
 
 import (
@@ -22,22 +20,22 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 
+	"github.com/wts-project/wts/actors/artifacts"
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
+	"github.com/wts-project/wts/actors/limits"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/reminder"
+	"github.com/wts-project/wts/actors/run"
+	"github.com/wts-project/wts/actors/sampler"
+	"github.com/wts-project/wts/actors/session"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
 	"github.com/wts-project/wts/providers/hub"
-)
-
-// Grain kinds.
-const (
-	sessionKind = "session"
-	runKind     = "run"
 )
 
 // Config configures a node.
@@ -69,8 +67,8 @@ type Config struct {
 	// Metrics are the node's collectors; nil makes a fresh set.
 	Metrics *telemetry.Metrics
 	// Limits bound queues and live sessions and runs; the zero value is
-	// DefaultLimits.
-	Limits Limits
+	// limits.Default.
+	Limits limits.Limits
 	// MemoryBudget bounds the bytes of trainers, samplers' adapters and KV
 	// caches together (see memory); 0 is no bound.
 	MemoryBudget int64
@@ -81,29 +79,16 @@ type Config struct {
 }
 
 // System is one node: the actor system, its single-member cluster, the
-// store and the executor.
+// store, the executors, the exporter, and the Node its grains share.
 type System struct {
-	cfg        Config
-	log        *slog.Logger
-	store      persistence.Store
-	volume     persistence.Volume
-	actors     *actor.ActorSystem
-	cluster    *pcluster.Cluster
-	executor   *actor.PID
-	exec       *executor.Trainer
-	sampling   *actor.PID
-	samplers   *executor.Sampling
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	vault      *persistence.Vault
-	exportWake chan struct{} // tells the exporter there is work
-	adm        *admission
-	mem        *executor.Budget
-	// reminders wake grains at the deadlines they keep in the store: a
-	// session's lease expiry, a sampler's idle release.
-	reminders *reminder.Set
-	router    *grain.Router
-	runtime   *grain.Runtime // what the grains share
+	cfg      Config
+	n        *protocol.Node
+	actors   *actor.ActorSystem
+	cluster  *pcluster.Cluster
+	samplers *executor.Sampling
+	exports  *artifacts.Exports
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // Start opens the store, starts the grains and the executor, and wakes every
@@ -133,8 +118,8 @@ func Start(cfg Config) (*System, error) {
 	if cfg.CredentialsKey == "" {
 		cfg.CredentialsKey = persistence.SecretPath(cfg.DataDir, "credentials")
 	}
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits()
+	if cfg.Limits == (limits.Limits{}) {
+		cfg.Limits = limits.Default()
 	}
 	vault, err := persistence.OpenVault(cfg.CredentialsKey)
 	if err != nil {
@@ -151,39 +136,41 @@ func Start(cfg Config) (*System, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &System{cfg: cfg, log: cfg.Log, store: st, volume: persistence.NewVolume(cfg.DataDir), stop: make(chan struct{}),
-		vault: vault, exportWake: make(chan struct{}, 1), adm: newAdmission(cfg.Limits)}
-	s.exec, s.samplers, s.mem = executor.Start(executor.Env{Store: st, Volume: s.volume, Catalog: cfg.Registry.Catalog(), Log: cfg.Log,
-		Metrics: cfg.Metrics, SnapshotEvery: cfg.SnapshotEvery, Reports: reports{s}, Checkpoint: s.checkpoint}, cfg.MemoryBudget)
-	adm, mem := s.adm, s.mem
+	n := &protocol.Node{Store: st, Volume: persistence.NewVolume(cfg.DataDir), Registry: cfg.Registry, Log: cfg.Log,
+		Metrics: cfg.Metrics, Clock: cfg.Now, Limits: limits.New(cfg.Limits), SamplerIdle: cfg.SamplerIdle}
+	s := &System{cfg: cfg, n: n, stop: make(chan struct{}), exports: artifacts.NewExports(n, vault, cfg.HubEndpoint)}
+	n.Trainer, s.samplers, n.Memory = executor.Start(executor.Env{Store: st, Volume: n.Volume, Catalog: cfg.Registry.Catalog(), Log: cfg.Log,
+		Metrics: cfg.Metrics, SnapshotEvery: cfg.SnapshotEvery, Reports: protocol.Reports{N: n},
+		Checkpoint: func(id string) (*persistence.Checkpoint, error) { return artifacts.Checkpoint(st, id) }}, cfg.MemoryBudget)
+	lim, mem := n.Limits, n.Memory
 	cfg.Metrics.Gauge("wts_operations_queued", "Operations queued or executing on the node (bounded by --max-queue-node).",
-		func() float64 { return float64(adm.queued().ops) })
+		func() float64 { return float64(lim.Queued().Ops) })
 	cfg.Metrics.Gauge("wts_operations_queued_bytes", "Bytes of queued operations' records held in memory (bounded by --max-queue-bytes).",
-		func() float64 { return float64(adm.queued().bytes) })
+		func() float64 { return float64(lim.Queued().Bytes) })
 	cfg.Metrics.Gauge("wts_memory_budget_used_bytes", "Memory taken by trainers, samplers' adapters and KV caches.",
 		func() float64 { return float64(mem.InUse()) })
 	cfg.Metrics.Gauge("wts_memory_budget_bytes", "The node's budget for trainers, samplers' adapters and KV caches.",
 		func() float64 { return float64(mem.Limit()) })
-	s.reminders = reminder.New(s.now, s.remind)
-	s.router = &grain.Router{Log: cfg.Log, Timeout: requestTimeout, Wire: cfg.Wire, Stop: s.stop}
-	s.runtime = &grain.Runtime{Router: s.router, Log: cfg.Log, Idle: cfg.GrainIdle, Account: adm.set}
+	n.Reminders = reminder.New(n.Now, s.remind)
+	n.Router = &grain.Router{Log: cfg.Log, Timeout: requestTimeout, Wire: cfg.Wire, Stop: s.stop}
+	n.Runtime = &grain.Runtime{Router: n.Router, Log: cfg.Log, Idle: cfg.GrainIdle, Account: lim.Set}
 	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(atLeast{cfg.Log.Handler(), slog.LevelWarn}).With("component", "protoactor")
 	}))
 	pool := actor.WithDispatcher(grain.Dispatcher())
 	props := func(a func() actor.Actor) *actor.Props { return actor.PropsFromProducer(a, pool) }
-	s.executor = s.actors.Root.Spawn(props(func() actor.Actor { return s.exec }))
-	s.sampling = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
-	s.router.Actors = s.actors
+	n.TrainerPID = s.actors.Root.Spawn(props(func() actor.Actor { return n.Trainer }))
+	n.SamplingPID = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
+	n.Router.Actors = s.actors
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: requestTimeout},
-		pcluster.NewKind(sessionKind, props(func() actor.Actor { return &sessionGrain{base: s.base()} })),
-		pcluster.NewKind(runKind, props(func() actor.Actor { return &runGrain{opOwner: opOwner{base: s.base()}} })),
-		pcluster.NewKind(samplerKind, props(func() actor.Actor { return &samplerGrain{opOwner: opOwner{base: s.base()}} })))
+		pcluster.NewKind(protocol.SessionKind, props(func() actor.Actor { return session.New(n) })),
+		pcluster.NewKind(protocol.RunKind, props(func() actor.Actor { return run.New(n) })),
+		pcluster.NewKind(protocol.SamplerKind, props(func() actor.Actor { return sampler.New(n) })))
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	s.router.Cluster = s.cluster
+	n.Router.Cluster = s.cluster
 	if err := s.wakeRuns(); err != nil {
 		s.Stop(context.Background())
 		return nil, err
@@ -193,12 +180,9 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	s.wg.Add(1)
-	go s.exporter()
+	go func() { defer s.wg.Done(); s.exports.Run(s.stop) }()
 	return s, nil
 }
-
-// base is a new grain's base on this node.
-func (s *System) base() base { return base{Base: grain.Base{RT: s.runtime}, sys: s} }
 
 // requestTimeout bounds one grain call.
 const requestTimeout = 60 * time.Second
@@ -208,7 +192,7 @@ const requestTimeout = 60 * time.Second
 const reportWait = 10 * time.Second
 
 // Store is the node's store (the HTTP layer reads keys from it).
-func (s *System) Store() persistence.Store { return s.store }
+func (s *System) Store() persistence.Store { return s.n.Store }
 
 // Telemetry is the node's Prometheus collectors.
 func (s *System) Telemetry() *telemetry.Metrics { return s.cfg.Metrics }
@@ -220,20 +204,18 @@ func (s *System) Registry() *providers.Registry { return s.cfg.Registry }
 // cancelled and recorded so), then stops the actors and closes the store.
 // Pending operations stay pending on disk and run after the next start.
 func (s *System) Stop(ctx context.Context) {
-	s.reminders.Stop()
+	s.n.Reminders.Stop()
 	close(s.stop)
 	s.wg.Wait()
 	var both sync.WaitGroup
 	both.Add(2)
-	go func() { defer both.Done(); s.exec.Drain(ctx) }()
+	go func() { defer both.Done(); s.n.Trainer.Drain(ctx) }()
 	go func() { defer both.Done(); s.samplers.Drain(ctx) }()
 	both.Wait()
-	s.router.AwaitReports(reportWait)
+	s.n.Router.AwaitReports(reportWait)
 	s.cluster.Shutdown(false) // one member: no identities to hand over (graceful waits 2 s for that)
-	s.store.Close()
+	s.n.Store.Close()
 }
-
-func (s *System) now() time.Time { return s.cfg.Now().UTC() }
 
 // atLeast passes on records of level min and above: protoactor narrates its
 // start-up and every activation at Info.
@@ -258,7 +240,7 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 // recovers (interrupting what was executing) and runs its pending work.
 func (s *System) wakeRuns() error {
 	var ids []string
-	err := s.store.View(func(tx persistence.Tx) error {
+	err := s.n.Store.View(func(tx persistence.Tx) error {
 		err := tx.Scan(persistence.Runs, nil, nil, func(_, raw []byte) (bool, error) {
 			var r persistence.Run
 			if err := persistence.Decode(raw, &r); err != nil {
@@ -266,7 +248,7 @@ func (s *System) wakeRuns() error {
 			}
 			if !states.Terminal(states.RunMoves, r.Status) {
 				ids = append(ids, r.ID)
-				s.adm.live[liveKey{r.Tenant.Org, runKind}]++
+				s.n.Limits.Found(r.Tenant.Org, limits.Runs)
 			}
 			return true, nil
 		})
@@ -279,7 +261,7 @@ func (s *System) wakeRuns() error {
 				return false, err
 			}
 			if !states.Terminal(states.SessionMoves, ss.Status) {
-				s.adm.live[liveKey{ss.Tenant.Org, sessionKind}]++
+				s.n.Limits.Found(ss.Tenant.Org, limits.Sessions)
 			}
 			return true, nil
 		})
@@ -288,12 +270,12 @@ func (s *System) wakeRuns() error {
 		return fmt.Errorf("scan runs and sessions: %w", err)
 	}
 	for _, id := range ids {
-		if err := s.run(id).wake(); err != nil {
+		if err := s.n.Run(id).Wake(); err != nil {
 			return fmt.Errorf("wake run %s: %w", id, err)
 		}
 	}
 	for _, id := range s.samplersIn(states.SamplerProvisioning, states.SamplerSyncing, states.SamplerReady) {
-		if err := s.sampler(id).wake(); err != nil {
+		if err := s.n.Sampler(id).Wake(); err != nil {
 			return fmt.Errorf("wake sampler %s: %w", id, err)
 		}
 	}
@@ -303,7 +285,7 @@ func (s *System) wakeRuns() error {
 // samplersIn lists the samplers in one of statuses.
 func (s *System) samplersIn(statuses ...string) []string {
 	var ids []string
-	err := s.store.View(func(tx persistence.Tx) error {
+	err := s.n.Store.View(func(tx persistence.Tx) error {
 		return tx.Scan(persistence.Samplers, nil, nil, func(_, raw []byte) (bool, error) {
 			var sm persistence.Sampler
 			if err := persistence.Decode(raw, &sm); err != nil {
@@ -316,7 +298,7 @@ func (s *System) samplersIn(statuses ...string) []string {
 		})
 	})
 	if err != nil {
-		s.log.Error("scan samplers", "err", err)
+		s.n.Log.Error("scan samplers", "err", err)
 	}
 	return ids
 }
@@ -364,25 +346,25 @@ func migrateLeases(st persistence.Store) error {
 // armLeases arms the expiry reminder of every lease that has not been
 // revoked: reminders live in memory, their deadlines in the store.
 func (s *System) armLeases() error {
-	return s.store.View(func(tx persistence.Tx) error {
+	return s.n.Store.View(func(tx persistence.Tx) error {
 		return tx.Scan(persistence.Leases, nil, nil, func(k, raw []byte) (bool, error) {
 			var l lease.Lease
 			if err := persistence.Decode(raw, &l); err != nil {
 				return false, err
 			}
 			if !l.Revoked {
-				s.reminders.At(sessionReminder(string(k)), l.ExpiresAt)
+				s.n.Reminders.At(protocol.ReminderKey(protocol.SessionKind, string(k)), l.ExpiresAt)
 			}
 			return true, nil
 		})
 	})
 }
 
-// remind delivers a reminder ("kind/id") to its grain's kind.remind,
-// activating the grain if it is not in memory.
+// remind delivers a reminder ("kind/id", protocol.ReminderKey) to its
+// grain, activating the grain if it is not in memory.
 func (s *System) remind(key string) {
 	kind, id, _ := strings.Cut(key, "/")
-	if err := s.router.Call(kind, id, kind+remindMsg, struct{}{}, nil); err != nil {
-		s.log.Error("reminder", "grain", key, "err", err)
+	if err := s.n.Remind(kind, id); err != nil {
+		s.n.Log.Error("reminder", "grain", key, "err", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wts-project/wts/actors/protocol"
 	"io"
 	"log/slog"
 	"os"
@@ -94,21 +95,21 @@ func wait(t *testing.T, s *System, id string) *persistence.Operation {
 
 func submit(t *testing.T, s *System, run string, seq int64, kind string, p json.RawMessage) *persistence.Operation {
 	t.Helper()
-	acc, err := s.Submit(Submission{Tenant: tenant, Target: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p})
+	acc, err := s.Submit(protocol.Submission{Tenant: tenant, Target: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p})
 	if err != nil {
 		t.Fatalf("submit %s seq %d: %v", kind, seq, err)
 	}
 	return wait(t, s, acc.Op.ID)
 }
 
-func newRun(t *testing.T, s *System) (*Session, *persistence.Run) {
+func newRun(t *testing.T, s *System) (*protocol.Session, *persistence.Run) {
 	t.Helper()
-	ss, created, err := s.CreateSession(NewSession{Tenant: tenant, RequestID: "s1"})
+	ss, created, err := s.CreateSession(protocol.NewSession{Tenant: tenant, RequestID: "s1"})
 	if err != nil || !created {
 		t.Fatal(err, created)
 	}
 	m, _ := s.Registry().Catalog().Lookup("tiny")
-	rr, err := s.CreateRun(NewRun{Tenant: tenant, SessionID: ss.ID, RequestID: "r1", BaseModel: "tiny", ModelRevision: m.Revision, TuningMode: "lora",
+	rr, err := s.CreateRun(protocol.NewRun{Tenant: tenant, SessionID: ss.ID, RequestID: "r1", BaseModel: "tiny", ModelRevision: m.Revision, TuningMode: "lora",
 		LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true, TrainMLP: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -173,9 +174,9 @@ func TestSeqAndIdempotency(t *testing.T) {
 	s := start(t, registry(t), t.TempDir())
 	defer s.Stop(context.Background())
 	_, run := newRun(t, s)
-	sub := Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: batch(1)}
-	var e *Error
-	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSeqMismatch {
+	sub := protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: batch(1)}
+	var e *protocol.Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeSeqMismatch {
 		t.Fatalf("seq 2 first: %v", err)
 	}
 	sub.SeqID = 1
@@ -188,10 +189,10 @@ func TestSeqAndIdempotency(t *testing.T) {
 		t.Fatalf("repeat: %v %+v", err, b)
 	}
 	sub.RequestHash = "y"
-	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeIdempotencyConflict {
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeIdempotencyConflict {
 		t.Fatalf("other hash: %v", err)
 	}
-	if _, err := s.GetRun(persistence.Tenant{Org: "other"}, run.ID); !errors.As(err, &e) || e.Code != CodeNotFound {
+	if _, err := s.GetRun(persistence.Tenant{Org: "other"}, run.ID); !errors.As(err, &e) || e.Code != protocol.CodeNotFound {
 		t.Fatalf("other tenant: %v", err)
 	}
 }
@@ -218,7 +219,7 @@ func TestLeaseExpiry(t *testing.T) {
 
 	loss(t, submit(t, s, run.ID, 1, "forward_backward", batch(1)))
 	offset.Add(int64(ttl - 10*time.Second)) // within the lease the operation extended
-	s.reminders.Due()
+	s.n.Reminders.Due()
 	if st, _ := status(); st != states.SessionReady {
 		t.Fatalf("session %s before its lease ended", st)
 	}
@@ -226,18 +227,18 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	offset.Add(int64(ttl - 10*time.Second)) // past the first lease, within the heartbeat's
-	s.reminders.Due()
+	s.n.Reminders.Due()
 	if st, _ := status(); st != states.SessionReady {
 		t.Fatalf("session %s: the heartbeat did not extend the lease", st)
 	}
 
 	offset.Add(int64(11 * time.Second))
-	sub := Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "late", RequestHash: "h", Kind: "forward", Payload: batch(2)}
-	var e *Error
-	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != CodeSessionNotReady {
+	sub := protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "late", RequestHash: "h", Kind: "forward", Payload: batch(2)}
+	var e *protocol.Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeSessionNotReady {
 		t.Fatalf("submission after the lease ended: %v", err)
 	}
-	s.reminders.Due()
+	s.n.Reminders.Due()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st, rs := status()
@@ -250,7 +251,7 @@ func TestLeaseExpiry(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	got, _ := s.GetSession(tenant, ss.ID)
-	if got.ErrorCode != CodeTimedOut {
+	if got.ErrorCode != protocol.CodeTimedOut {
 		t.Errorf("session error_code %q", got.ErrorCode)
 	}
 	if _, err := s.Heartbeat(tenant, ss.ID); !errors.As(err, &e) {
@@ -272,12 +273,12 @@ func TestQueuedBytesAccounted(t *testing.T) {
 	var ids []string
 	peak := int64(0)
 	for seq := int64(1); seq <= 8; seq++ {
-		acc, err := s.Submit(Submission{Tenant: tenant, Target: run.ID, SeqID: seq, IdempotencyKey: fmt.Sprint("q", seq), RequestHash: "h", Kind: "forward_backward", Payload: batch(int(seq))})
+		acc, err := s.Submit(protocol.Submission{Tenant: tenant, Target: run.ID, SeqID: seq, IdempotencyKey: fmt.Sprint("q", seq), RequestHash: "h", Kind: "forward_backward", Payload: batch(int(seq))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, acc.Op.ID)
-		peak = max(peak, s.adm.queued().bytes)
+		peak = max(peak, s.n.Limits.Queued().Bytes)
 	}
 	for _, id := range ids {
 		wait(t, s, id)
@@ -286,9 +287,9 @@ func TestQueuedBytesAccounted(t *testing.T) {
 		t.Fatal("queued operations held no bytes")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for q := s.adm.queued(); q.ops != 0 || q.bytes != 0; q = s.adm.queued() {
+	for q := s.n.Limits.Queued(); q.Ops != 0 || q.Bytes != 0; q = s.n.Limits.Queued() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after every operation ended: %d queued, %d bytes", q.ops, q.bytes)
+			t.Fatalf("after every operation ended: %d queued, %d bytes", q.Ops, q.Bytes)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/persistence"
 )
@@ -63,7 +64,7 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 		case path == "/admin/keys":
 			var req KeyRequest
 			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" {
-				fail(ctx, actors.CodeValidation, `want {"org": NAME, "live": BOOL}`)
+				fail(ctx, protocol.CodeValidation, `want {"org": NAME, "live": BOOL}`)
 				return
 			}
 			key, err := auth.Create(sys.Store(), req.Org, req.Live, time.Now())
@@ -76,10 +77,10 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 		case path == "/admin/credentials":
 			var req CredentialRequest
 			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" || req.Secret == "" {
-				fail(ctx, actors.CodeValidation, `want {"org": NAME, "live": BOOL, "name": LABEL, "secret": TOKEN}`)
+				fail(ctx, protocol.CodeValidation, `want {"org": NAME, "live": BOOL, "name": LABEL, "secret": TOKEN}`)
 				return
 			}
-			c, err := sys.AddCredential(persistence.Tenant{Org: req.Org, Live: req.Live}, actors.CredentialHub, req.Name, []byte(req.Secret))
+			c, err := sys.AddCredential(persistence.Tenant{Org: req.Org, Live: req.Live}, protocol.CredentialHub, req.Name, []byte(req.Secret))
 			if err != nil {
 				failErr(ctx, err)
 				return
@@ -87,7 +88,7 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 			write(ctx, fasthttp.StatusCreated, CredentialReply{ID: c.ID})
 			return
 		}
-		fail(ctx, actors.CodeNotFound, "the admin socket serves POST /admin/keys, POST /admin/credentials and GET /admin/node")
+		fail(ctx, protocol.CodeNotFound, "the admin socket serves POST /admin/keys, POST /admin/credentials and GET /admin/node")
 	}}
 	return srv.Serve(ln)
 }
@@ -112,7 +113,7 @@ func AdminCall(socket, path string, req, out any) error {
 		return err
 	}
 	if resp.StatusCode() != want || json.Unmarshal(resp.Body(), out) != nil {
-		return &actors.Error{Code: actors.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
+		return &protocol.Error{Code: protocol.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
 	}
 	return nil
 }

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/payload/scan"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -113,8 +113,8 @@ func (b *sessionBody) check() error {
 	return nil
 }
 
-func (b *sessionBody) request(t persistence.Tenant) actors.NewSession {
-	return actors.NewSession{
+func (b *sessionBody) request(t persistence.Tenant) protocol.NewSession {
+	return protocol.NewSession{
 		Tenant: t, RequestID: *b.RequestID, Provider: or(b.Provider, "auto"), Preferences: b.ProviderPreferences,
 		Funding: or(b.FundingPreference, "auto"), CredentialID: or(b.CredentialID, ""), MaxCostMicroUSD: b.MaxCostMicroUSD,
 		IdleTTLSeconds: or(b.IdleTTLSeconds, 0), Metadata: b.Metadata,
@@ -163,7 +163,7 @@ func (b *runBody) check() error {
 	if err != nil {
 		return err
 	}
-	if b.CheckpointID != nil && !payload.IsID(actors.CheckpointPrefix, *b.CheckpointID) {
+	if b.CheckpointID != nil && !payload.IsID(protocol.CheckpointPrefix, *b.CheckpointID) {
 		return &invalid{Field: "checkpoint_id", Reason: "must match ^wtc_[0-9a-f]{32}$"}
 	}
 	if or(b.TuningMode, "lora") == "full" {
@@ -183,8 +183,8 @@ func (b *runBody) check() error {
 	return nil
 }
 
-func (b *runBody) request(t persistence.Tenant, sessionID string) actors.NewRun {
-	r := actors.NewRun{
+func (b *runBody) request(t persistence.Tenant, sessionID string) protocol.NewRun {
+	r := protocol.NewRun{
 		Tenant: t, SessionID: sessionID, RequestID: *b.RequestID, BaseModel: *b.BaseModel, ModelRevision: *b.ModelRevision,
 		TuningMode: or(b.TuningMode, "lora"), CheckpointID: or(b.CheckpointID, ""), Metadata: b.Metadata,
 	}
@@ -297,7 +297,7 @@ func (b *exportBody) check() error {
 	if err := first(required(b.RequestID, "request_id"), required(b.ArtifactID, "artifact_id"), required(b.Repo, "repo"),
 		required(b.CredentialID, "credential_id"), length(b.RequestID, "request_id", 1, 200),
 		length(b.CredentialID, "credential_id", 1, 200), length(b.Repo, "repo", 1, 200), length(b.Revision, "revision", 1, 80),
-		oneOf(b.Destination, "destination", actors.DestinationHub), oneOf(b.Mode, "mode", actors.ExportModeLoRA)); err != nil {
+		oneOf(b.Destination, "destination", protocol.DestinationHub), oneOf(b.Mode, "mode", protocol.ExportModeLoRA)); err != nil {
 		return err
 	}
 	if !payload.IsUUID(*b.ArtifactID) {
@@ -312,8 +312,8 @@ func (b *exportBody) check() error {
 	return nil
 }
 
-func (b *exportBody) request(t persistence.Tenant, runID string) actors.NewExport {
-	return actors.NewExport{Tenant: t, RequestID: *b.RequestID, RunID: runID, ArtifactID: *b.ArtifactID, Repo: *b.Repo,
+func (b *exportBody) request(t persistence.Tenant, runID string) protocol.NewExport {
+	return protocol.NewExport{Tenant: t, RequestID: *b.RequestID, RunID: runID, ArtifactID: *b.ArtifactID, Repo: *b.Repo,
 		Revision: or(b.Revision, "main"), Private: or(b.Private, true), CredentialID: *b.CredentialID}
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -61,9 +61,9 @@ func (s *Server) downloadLinks(ctx *fasthttp.RequestCtx, t persistence.Tenant) e
 			return &invalid{Field: "expires_in_s", Reason: fmt.Sprintf("must be %d to %d", int(minLinkTTL.Seconds()), int(maxLinkTTL.Seconds()))}
 		}
 	}
-	format := or(b.Format, actors.FormatPEFT)
-	if format != actors.FormatPEFT && format != actors.FormatMerged {
-		return &invalid{Field: "format", Reason: fmt.Sprintf("must be %q or %q", actors.FormatPEFT, actors.FormatMerged)}
+	format := or(b.Format, protocol.FormatPEFT)
+	if format != protocol.FormatPEFT && format != protocol.FormatMerged {
+		return &invalid{Field: "format", Reason: fmt.Sprintf("must be %q or %q", protocol.FormatPEFT, protocol.FormatMerged)}
 	}
 	_, files, err := s.sys.Downloadable(t, id, format)
 	if err != nil {
@@ -113,11 +113,11 @@ func (s *Server) serveFile(ctx *fasthttp.RequestCtx) {
 		fail(ctx, codeRange, fmt.Sprintf("the Range header %q asks for bytes outside the file", ctx.Request.Header.Peek("Range")))
 	case status == fasthttp.StatusNotFound:
 		ctx.Response.Header.Del("Content-Disposition")
-		fail(ctx, actors.CodeNotFound, "the file is gone")
+		fail(ctx, protocol.CodeNotFound, "the file is gone")
 	case status >= 400:
 		ctx.Response.Header.Del("Content-Disposition")
 		s.log.Error("file server", "request_id", requestID(ctx), "status", status)
-		fail(ctx, actors.CodeInternal, "internal error")
+		fail(ctx, protocol.CodeInternal, "internal error")
 	}
 }
 

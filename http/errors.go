@@ -3,13 +3,13 @@ package httpapi
 import (
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 )
 
 // Codes the HTTP layer itself answers with (the grains' codes are in
 // package actors, the engine's in kernels/kerr).
 const (
-	codeMalformed        = actors.CodeMalformed
+	codeMalformed        = protocol.CodeMalformed
 	codeMalformedMsgpack = "malformed_msgpack"
 	codeUnauthorized     = "unauthorized"
 	codeTooLarge         = "payload_too_large"
@@ -37,33 +37,33 @@ var statuses = map[string]int{
 	codeLinkExpired:      fasthttp.StatusForbidden,
 	codeLinkInvalid:      fasthttp.StatusForbidden,
 
-	actors.CodeNotFound:               fasthttp.StatusNotFound,
-	actors.CodeCheckpointNotFound:     fasthttp.StatusNotFound,
-	actors.CodeCredentialNotFound:     fasthttp.StatusNotFound,
-	actors.CodeSeqMismatch:            fasthttp.StatusConflict,
-	actors.CodeIdempotencyConflict:    fasthttp.StatusConflict,
-	actors.CodeRunNotAccepting:        fasthttp.StatusConflict,
-	actors.CodeSessionNotReady:        fasthttp.StatusConflict,
-	actors.CodeRunExists:              fasthttp.StatusConflict,
-	actors.CodeInvalidState:           fasthttp.StatusConflict,
-	actors.CodeValidation:             fasthttp.StatusUnprocessableEntity,
-	actors.CodeModelUnavailable:       fasthttp.StatusUnprocessableEntity,
-	actors.CodeRevisionMismatch:       fasthttp.StatusUnprocessableEntity,
-	actors.CodeUnsupported:            fasthttp.StatusUnprocessableEntity,
-	actors.CodeTuningMode:             fasthttp.StatusUnprocessableEntity,
-	actors.CodeProviderUnavailable:    fasthttp.StatusUnprocessableEntity,
-	actors.CodeCheckpointRetired:      fasthttp.StatusConflict,
-	actors.CodeArtifactRetired:        fasthttp.StatusConflict,
-	actors.CodeRunNotTerminal:         fasthttp.StatusConflict,
-	actors.CodeNotEligible:            fasthttp.StatusUnprocessableEntity,
-	actors.CodeSamplerNotServing:      fasthttp.StatusConflict,
-	actors.CodeTokenRefused:           fasthttp.StatusUnprocessableEntity,
-	actors.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
-	actors.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
-	actors.CodeQueueFull:              fasthttp.StatusTooManyRequests,
-	actors.CodeCapacity:               fasthttp.StatusUnprocessableEntity,
-	actors.CodeLimitExceeded:          fasthttp.StatusTooManyRequests,
-	actors.CodeInternal:               fasthttp.StatusInternalServerError,
+	protocol.CodeNotFound:               fasthttp.StatusNotFound,
+	protocol.CodeCheckpointNotFound:     fasthttp.StatusNotFound,
+	protocol.CodeCredentialNotFound:     fasthttp.StatusNotFound,
+	protocol.CodeSeqMismatch:            fasthttp.StatusConflict,
+	protocol.CodeIdempotencyConflict:    fasthttp.StatusConflict,
+	protocol.CodeRunNotAccepting:        fasthttp.StatusConflict,
+	protocol.CodeSessionNotReady:        fasthttp.StatusConflict,
+	protocol.CodeRunExists:              fasthttp.StatusConflict,
+	protocol.CodeInvalidState:           fasthttp.StatusConflict,
+	protocol.CodeValidation:             fasthttp.StatusUnprocessableEntity,
+	protocol.CodeModelUnavailable:       fasthttp.StatusUnprocessableEntity,
+	protocol.CodeRevisionMismatch:       fasthttp.StatusUnprocessableEntity,
+	protocol.CodeUnsupported:            fasthttp.StatusUnprocessableEntity,
+	protocol.CodeTuningMode:             fasthttp.StatusUnprocessableEntity,
+	protocol.CodeProviderUnavailable:    fasthttp.StatusUnprocessableEntity,
+	protocol.CodeCheckpointRetired:      fasthttp.StatusConflict,
+	protocol.CodeArtifactRetired:        fasthttp.StatusConflict,
+	protocol.CodeRunNotTerminal:         fasthttp.StatusConflict,
+	protocol.CodeNotEligible:            fasthttp.StatusUnprocessableEntity,
+	protocol.CodeSamplerNotServing:      fasthttp.StatusConflict,
+	protocol.CodeTokenRefused:           fasthttp.StatusUnprocessableEntity,
+	protocol.CodeCheckpointIncompatible: fasthttp.StatusUnprocessableEntity,
+	protocol.CodeUnavailable:            fasthttp.StatusServiceUnavailable,
+	protocol.CodeQueueFull:              fasthttp.StatusTooManyRequests,
+	protocol.CodeCapacity:               fasthttp.StatusUnprocessableEntity,
+	protocol.CodeLimitExceeded:          fasthttp.StatusTooManyRequests,
+	protocol.CodeInternal:               fasthttp.StatusInternalServerError,
 
 	// The engine's input errors, found when a submission is checked against
 	// the run's model.
@@ -79,10 +79,10 @@ var statuses = map[string]int{
 // caller should retry later: a full queue drains at the engine's pace, a
 // draining node is back after its restart.
 var retryAfter = map[string]string{
-	actors.CodeQueueFull:     "1",
-	actors.CodeLimitExceeded: "30",
-	actors.CodeUnavailable:   "1",
-	codeShuttingDown:         "5",
+	protocol.CodeQueueFull:     "1",
+	protocol.CodeLimitExceeded: "30",
+	protocol.CodeUnavailable:   "1",
+	codeShuttingDown:           "5",
 }
 
 // envelope is the error body: exactly the spec's fields.
@@ -108,9 +108,9 @@ func fail(ctx *fasthttp.RequestCtx, code, message string) {
 	write(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
 }
 
-// failErr writes err's envelope: a public actors.Error as it is, anything
+// failErr writes err's envelope: a public protocol.Error as it is, anything
 // else as internal_error.
 func failErr(ctx *fasthttp.RequestCtx, err error) {
-	e := actors.AsError(err)
+	e := protocol.AsError(err)
 	fail(ctx, e.Code, e.Message)
 }

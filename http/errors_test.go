@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 )
 
 // Every code the server can answer with is documented, with its status.
@@ -19,7 +19,7 @@ func TestErrorCodesDocumented(t *testing.T) {
 			t.Errorf("docs/errors.md does not describe %s", code)
 		}
 	}
-	for _, code := range []string{actors.CodeInterrupted, actors.CodeCancelled, actors.CodePoisoned, actors.CodeTimedOut} {
+	for _, code := range []string{protocol.CodeInterrupted, protocol.CodeCancelled, protocol.CodePoisoned, protocol.CodeTimedOut} {
 		if !strings.Contains(string(doc), "`"+code+"`") {
 			t.Errorf("docs/errors.md does not describe %s", code)
 		}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -13,12 +13,12 @@ import (
 // background; poll GET /v1/training/exports/{id}), 200 for a repeat of its
 // request_id.
 func (s *Server) createExport(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "run_id", actors.RunPrefix, "run")
+	id, err := pathID(ctx, "run_id", protocol.RunPrefix, "run")
 	if err != nil {
 		return err
 	}
 	if field := carriesToken(ctx.PostBody()); field != "" {
-		return &actors.Error{Code: actors.CodeTokenRefused, Message: fmt.Sprintf(
+		return &protocol.Error{Code: protocol.CodeTokenRefused, Message: fmt.Sprintf(
 			"%s: tokens are never accepted in requests; register the hub token with `wts credentials add` and send its credential_id", field)}
 	}
 	var b exportBody

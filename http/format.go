@@ -9,7 +9,7 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/codec"
 )
 
@@ -93,12 +93,12 @@ func readBody(ctx *fasthttp.RequestCtx) error {
 	mt, _, err := mime.ParseMediaType(ct)
 	media, ok := bodyMedia[mt]
 	if err != nil || !ok {
-		return &actors.Error{Code: codeMediaType, Message: fmt.Sprintf("Content-Type must be %s or %s, not %q", mimeJSON, mimeMsgpack, ct)}
+		return &protocol.Error{Code: codeMediaType, Message: fmt.Sprintf("Content-Type must be %s or %s, not %q", mimeJSON, mimeMsgpack, ct)}
 	}
 	if media == mimeMsgpack && len(ctx.PostBody()) > 0 {
 		js, err := codec.ToJSON(ctx.PostBody())
 		if err != nil {
-			return &actors.Error{Code: codeMalformedMsgpack, Message: err.Error()}
+			return &protocol.Error{Code: codeMalformedMsgpack, Message: err.Error()}
 		}
 		ctx.Request.SetBody(js)
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/persistence"
 )
@@ -17,10 +17,10 @@ import (
 func pathID(ctx *fasthttp.RequestCtx, name, prefix, what string) (string, error) {
 	id, _ := ctx.UserValue(name).(string)
 	if prefix == "" && !payload.IsUUID(id) {
-		return "", &actors.Error{Code: actors.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids are lowercase UUIDs)", what, id)}
+		return "", &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids are lowercase UUIDs)", what, id)}
 	}
 	if prefix != "" && !payload.IsID(prefix, id) {
-		return "", &actors.Error{Code: actors.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids look like %s<32 hex digits>)", what, id, prefix)}
+		return "", &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf("%s %q not found (ids look like %s<32 hex digits>)", what, id, prefix)}
 	}
 	return id, nil
 }
@@ -85,9 +85,9 @@ func requestTarget(ctx *fasthttp.RequestCtx, param, prefix, what string) (id, re
 }
 
 // sessionAction is heartbeat and close: the session after the action.
-func (s *Server) sessionAction(act func(persistence.Tenant, string) (*actors.Session, error)) authed {
+func (s *Server) sessionAction(act func(persistence.Tenant, string) (*protocol.Session, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, _, err := requestTarget(ctx, "session_id", actors.SessionPrefix, "session")
+		id, _, err := requestTarget(ctx, "session_id", protocol.SessionPrefix, "session")
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (s *Server) sessionAction(act func(persistence.Tenant, string) (*actors.Ses
 }
 
 func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, err := pathID(ctx, "session_id", actors.SessionPrefix, "session")
+	id, err := pathID(ctx, "session_id", protocol.SessionPrefix, "session")
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 
 // submitTo answers an operation submission to the run or sampler in path
 // parameter param: 202 with the durable operation handle.
-func submitTo(param, prefix, what string, kinds []string, submit func(actors.Submission) (*actors.Accepted, error)) authed {
+func submitTo(param, prefix, what string, kinds []string, submit func(protocol.Submission) (*protocol.Accepted, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 		id, err := pathID(ctx, param, prefix, what)
 		if err != nil {
@@ -138,13 +138,13 @@ func submitTo(param, prefix, what string, kinds []string, submit func(actors.Sub
 		}
 		canon, err := jcs.Canonical(body, "request_hash")
 		if err != nil {
-			return &actors.Error{Code: codeMalformed, Message: err.Error()}
+			return &protocol.Error{Code: codeMalformed, Message: err.Error()}
 		}
 		if want := sha256Hex(canon); want != *b.RequestHash {
-			return &actors.Error{Code: codeHashMismatch, Message: fmt.Sprintf(
+			return &protocol.Error{Code: codeHashMismatch, Message: fmt.Sprintf(
 				"request_hash is not the SHA-256 of the RFC 8785 canonical JSON of the body without request_hash (the server computed %s)", want)}
 		}
-		acc, err := submit(actors.Submission{Tenant: t, Target: id, SeqID: *b.SeqID, IdempotencyKey: *b.IdempotencyKey,
+		acc, err := submit(protocol.Submission{Tenant: t, Target: id, SeqID: *b.SeqID, IdempotencyKey: *b.IdempotencyKey,
 			RequestHash: *b.RequestHash, Kind: *b.Kind, Payload: b.Payload})
 		if err != nil {
 			return err
@@ -156,9 +156,9 @@ func submitTo(param, prefix, what string, kinds []string, submit func(actors.Sub
 
 // control is finish and cancel: 202 with the operation that records the
 // request.
-func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.Accepted, error)) authed {
+func (s *Server) control(act func(persistence.Tenant, string, string) (*protocol.Accepted, error)) authed {
 	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-		id, requestID, err := requestTarget(ctx, "run_id", actors.RunPrefix, "run")
+		id, requestID, err := requestTarget(ctx, "run_id", protocol.RunPrefix, "run")
 		if err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*actors.A
 // actors.System.CancelOperation); the answer is the operation as it is
 // then: cancelled, or executing until its next decoding step.
 func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, _, err := requestTarget(ctx, "operation_id", actors.OperationPrefix, "operation")
+	id, _, err := requestTarget(ctx, "operation_id", protocol.OperationPrefix, "operation")
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant)
 
 // retire answers retire with the run's retire reply.
 func (s *Server) retire(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
-	id, requestID, err := requestTarget(ctx, "run_id", actors.RunPrefix, "run")
+	id, requestID, err := requestTarget(ctx, "run_id", protocol.RunPrefix, "run")
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func paging(ctx *fasthttp.RequestCtx) (after int64, limit int, err error) {
 // runPage answers a run's paged listing (after_seq, limit) of records
 // keyed by seq_id.
 func runPage[P any](list func(persistence.Tenant, string, int64, int) (P, error)) authed {
-	return ownerPage("run_id", actors.RunPrefix, "run", list)
+	return ownerPage("run_id", protocol.RunPrefix, "run", list)
 }
 
 // ownerPage answers a paged listing (after_seq, limit) of the records of

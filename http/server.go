@@ -25,6 +25,7 @@ import (
 
 	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/persistence"
 )
@@ -140,32 +141,32 @@ func (s *Server) router() *router.Router {
 	r.HandleOPTIONS = false
 	r.SaveMatchedRoutePath = true // the route label of the request metrics
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
-		fail(ctx, actors.CodeNotFound, fmt.Sprintf("no endpoint %s %s", ctx.Method(), ctx.Path()))
+		fail(ctx, protocol.CodeNotFound, fmt.Sprintf("no endpoint %s %s", ctx.Method(), ctx.Path()))
 	}
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
 		fail(ctx, codeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", ctx.Method(), ctx.Path(), ctx.Response.Header.Peek("Allow")))
 	}
 	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v any) {
 		s.log.Error("handler panic", "request_id", requestID(ctx), "panic", v)
-		fail(ctx, actors.CodeInternal, "internal error")
+		fail(ctx, protocol.CodeInternal, "internal error")
 	}
 	const v1 = "/v1/training"
 	r.POST(v1+"/sessions", s.api(s.createSession))
-	r.GET(v1+"/sessions/{session_id}", s.api(byID("session_id", actors.SessionPrefix, "session", s.sys.GetSession)))
+	r.GET(v1+"/sessions/{session_id}", s.api(byID("session_id", protocol.SessionPrefix, "session", s.sys.GetSession)))
 	r.POST(v1+"/sessions/{session_id}/heartbeat", s.api(s.sessionAction(s.sys.Heartbeat)))
 	r.POST(v1+"/sessions/{session_id}/close", s.api(s.sessionAction(s.sys.CloseSession)))
 	r.POST(v1+"/sessions/{session_id}/runs", s.api(s.createRun))
-	r.GET(v1+"/sessions/{session_id}/usage", s.api(byID("session_id", actors.SessionPrefix, "session", s.usage)))
-	r.GET(v1+"/sessions/{session_id}/cost", s.api(byID("session_id", actors.SessionPrefix, "session", s.sys.Cost)))
-	r.GET(v1+"/runs/{run_id}", s.api(byID("run_id", actors.RunPrefix, "run", s.sys.GetRun)))
-	r.POST(v1+"/runs/{run_id}/operations", s.api(submitTo("run_id", actors.RunPrefix, "run", runKinds, s.sys.Submit)))
-	r.POST(v1+"/samplers/{sampler_id}/operations", s.api(submitTo("sampler_id", actors.SamplerPrefix, "sampler", samplerKinds, s.sys.SubmitToSampler)))
-	r.GET(v1+"/samplers/{sampler_id}", s.api(byID("sampler_id", actors.SamplerPrefix, "sampler", s.sys.GetSampler)))
-	r.GET(v1+"/samplers/{sampler_id}/operations", s.api(ownerPage("sampler_id", actors.SamplerPrefix, "sampler", s.sys.ListSamplerOperations)))
+	r.GET(v1+"/sessions/{session_id}/usage", s.api(byID("session_id", protocol.SessionPrefix, "session", s.usage)))
+	r.GET(v1+"/sessions/{session_id}/cost", s.api(byID("session_id", protocol.SessionPrefix, "session", s.sys.Cost)))
+	r.GET(v1+"/runs/{run_id}", s.api(byID("run_id", protocol.RunPrefix, "run", s.sys.GetRun)))
+	r.POST(v1+"/runs/{run_id}/operations", s.api(submitTo("run_id", protocol.RunPrefix, "run", runKinds, s.sys.Submit)))
+	r.POST(v1+"/samplers/{sampler_id}/operations", s.api(submitTo("sampler_id", protocol.SamplerPrefix, "sampler", samplerKinds, s.sys.SubmitToSampler)))
+	r.GET(v1+"/samplers/{sampler_id}", s.api(byID("sampler_id", protocol.SamplerPrefix, "sampler", s.sys.GetSampler)))
+	r.GET(v1+"/samplers/{sampler_id}/operations", s.api(ownerPage("sampler_id", protocol.SamplerPrefix, "sampler", s.sys.ListSamplerOperations)))
 	r.GET(v1+"/runs/{run_id}/operations", s.api(runPage(s.sys.ListOperations)))
 	r.GET(v1+"/runs/{run_id}/checkpoints", s.api(runPage(s.sys.ListCheckpoints)))
 	r.GET(v1+"/runs/{run_id}/artifacts", s.api(runPage(s.sys.ListArtifacts)))
-	r.GET(v1+"/checkpoints/{checkpoint_id}", s.api(byID("checkpoint_id", actors.CheckpointPrefix, "checkpoint", s.sys.GetCheckpoint)))
+	r.GET(v1+"/checkpoints/{checkpoint_id}", s.api(byID("checkpoint_id", protocol.CheckpointPrefix, "checkpoint", s.sys.GetCheckpoint)))
 	r.GET(v1+"/artifacts/{artifact_id}", s.api(byID("artifact_id", "", "artifact", s.sys.GetArtifact)))
 	r.POST(v1+"/artifacts/{artifact_id}/download_urls", s.api(s.downloadLinks))
 	r.GET("/v1/files/{artifact_id}/{format}/{name}", s.serveFile)
@@ -173,9 +174,9 @@ func (s *Server) router() *router.Router {
 	r.POST(v1+"/runs/{run_id}/cancel", s.api(s.control(s.sys.Cancel)))
 	r.POST(v1+"/runs/{run_id}/retire", s.api(s.retire))
 	r.POST(v1+"/runs/{run_id}/exports", s.api(s.createExport))
-	r.GET(v1+"/exports/{export_id}", s.api(byID("export_id", actors.ExportPrefix, "export", s.sys.GetExport)))
+	r.GET(v1+"/exports/{export_id}", s.api(byID("export_id", protocol.ExportPrefix, "export", s.sys.GetExport)))
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(runPage(s.sys.Metrics)))
-	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", actors.OperationPrefix, "operation", s.sys.GetOperation)))
+	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", protocol.OperationPrefix, "operation", s.sys.GetOperation)))
 	r.POST(v1+"/operations/{operation_id}/cancel", s.api(s.cancelOperation))
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
@@ -258,7 +259,7 @@ func (s *Server) api(h authed) fasthttp.RequestHandler {
 				fail(ctx, codeUnauthorized, "the API key is not valid")
 			} else {
 				s.log.Error("key check", "request_id", requestID(ctx), "err", err)
-				fail(ctx, actors.CodeInternal, "internal error")
+				fail(ctx, protocol.CodeInternal, "internal error")
 			}
 			return
 		}
@@ -283,9 +284,9 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &mal):
 		fail(ctx, codeMalformed, mal.Error())
 	case errors.As(err, &inv):
-		fail(ctx, actors.CodeValidation, inv.Error())
+		fail(ctx, protocol.CodeValidation, inv.Error())
 	default:
-		if e := actors.AsError(err); e.Code == actors.CodeInternal {
+		if e := protocol.AsError(err); e.Code == protocol.CodeInternal {
 			s.log.Error("request failed", "request_id", requestID(ctx), "err", err)
 		}
 		failErr(ctx, err)
@@ -298,7 +299,7 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if err := s.sys.Store().View(func(persistence.Tx) error { return nil }); err != nil {
-		fail(ctx, actors.CodeUnavailable, "store: "+err.Error())
+		fail(ctx, protocol.CodeUnavailable, "store: "+err.Error())
 		return
 	}
 	write(ctx, 200, map[string]string{"status": "ready"})

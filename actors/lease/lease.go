@@ -9,7 +9,12 @@
 // session's record, which only the session's grain writes.
 package lease
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/wts-project/wts/persistence"
+)
 
 // Bounds of a requested idle_ttl_s (the API refuses others).
 const (
@@ -71,3 +76,13 @@ func (l *Lease) Renew(now time.Time, step time.Duration) bool {
 
 // Revoke ends the lease with its session.
 func (l *Lease) Revoke() { l.Revoked = true }
+
+// Get reads session id's lease inside tx; every session has one.
+func Get(tx persistence.Tx, id string) (*Lease, error) {
+	l := new(Lease)
+	ok, err := tx.Get(persistence.Leases, []byte(id), l)
+	if err == nil && !ok {
+		err = fmt.Errorf("session %s has no lease record", id)
+	}
+	return l, err
+}

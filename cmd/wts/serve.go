@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/limits"
+	"github.com/wts-project/wts/actors/protocol"
 	httpapi "github.com/wts-project/wts/http"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/kernels/model"
@@ -62,7 +64,7 @@ func serveCmd(args []string) error {
 	credentialsKey := credentialsKeyFlag(fs)
 	engineNice := fs.Int("engine-nice", defaultEngineNice, "OS priority (nice, 0-19) of the engine's threads, below the API's (see docs/operations.md); 0 runs them at the node's own")
 	hubEndpoint := fs.String("hub-endpoint", hub.DefaultEndpoint, "the model hub exports publish to (any endpoint that speaks the Hugging Face Hub protocol)")
-	lim := actors.DefaultLimits()
+	lim := limits.Default()
 	fs.IntVar(&lim.RunQueue, "max-queue-run", lim.RunQueue, "operations one run (or sampler) may have queued or executing; more get 429 queue_full")
 	fs.IntVar(&lim.OrgQueue, "max-queue-org", lim.OrgQueue, "operations an organization may have queued or executing on this node")
 	fs.IntVar(&lim.NodeQueue, "max-queue-node", lim.NodeQueue, "operations the node takes queued or executing, all organizations together")
@@ -304,7 +306,7 @@ func credentialsCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := persistence.AddCredential(st, vault, persistence.Tenant{Org: *org, Live: *live}, actors.CredentialHub, *name, []byte(token), time.Now().UTC())
+	c, err := persistence.AddCredential(st, vault, persistence.Tenant{Org: *org, Live: *live}, protocol.CredentialHub, *name, []byte(token), time.Now().UTC())
 	if err != nil {
 		return err
 	}

@@ -1,41 +1,34 @@
-package actors
+// Package sampler is the sampler grain: one per run that has saved
+// weights for sampling, it admits sample and logprobs operations in its own
+// seq_id order, parks them until it holds the weight version they require,
+// runs them on the sampling executor, follows its run's weights, and serves
+// the run's run-scoped samples.
+package sampler
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/actors/oplog"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
 )
 
-const samplerKind = "sampler"
-
-// samplerID is the id of run runID's sampler, derived from the run's (a run
-// has one sampler) so that the trainer can name it before it exists.
-func samplerID(runID string) string { return SamplerPrefix + runID[len(RunPrefix):] }
-
-// Codes of sampler operations.
-const (
-	CodeUnreachable       = "weight_version_unreachable"
-	CodeSamplerNotServing = "sampler_not_accepting"
-	CodeSamplerFailed     = "sampler_failed"
-)
-
-// samplerGrain owns one sampler: it accepts sample and logprobs operations
+// Grain owns one sampler: it accepts sample and logprobs operations
 // in the sampler's own seq_id order, keeps them parked until the sampler
 // holds the weight version they require, runs them one at a time on the
 // sampling executor, and follows the run's saved weights (syncing to each
 // new version). It also serves its run's run-scoped samples, which are the
 // run's operations: it only runs them and reports to the run.
-type samplerGrain struct {
-	opOwner
+type Grain struct {
+	oplog.Owner
 	rec       *persistence.Sampler
 	queue     []int64                 // accepted, not started, in seq order (pending or parked)
 	executing int64                   // the sampler operation on the executor, 0 if none
@@ -44,9 +37,9 @@ type samplerGrain struct {
 	runEnded  bool                    // the run is terminal: latest is final
 	forRun    []*executor.SamplingJob // run-scoped samples waiting for their weight version
 	failedAt  int64                   // the version whose sync failed: not retried until a newer one
-	priceList *priceList              // the session's billing snapshot, read once
+	prices    *usage.Prices           // the session's billing snapshot, read once
 	// admitRules are what submissions are checked against, built once.
-	admitRules *submitRules
+	admitRules *oplog.Rules
 	// waits holds, by seq_id, the weight version each queued operation
 	// requires (nil: none), and parsed the parsed payloads of those near
 	// the head (as a run's grain keeps them), so that a payload is parsed
@@ -56,27 +49,32 @@ type samplerGrain struct {
 	parsed map[int64]payload.Parsed
 }
 
-func (g *samplerGrain) Receive(ctx actor.Context) {
+// New is a sampler grain of node n: the kind's producer.
+func New(n *protocol.Node) actor.Actor {
+	return &Grain{Owner: oplog.Owner{Base: grain.Base{RT: n.Runtime}, N: n}}
+}
+
+func (g *Grain) Receive(ctx actor.Context) {
 	if g.Methods == nil {
 		g.Methods = map[string]grain.Handler{
-			samplerSubmit:           g.submit,
-			samplerWeights:          g.weights,
-			samplerSynced:           g.synced,
-			samplerExecStarted:      g.execStarted,
-			samplerExecDone:         g.execDone,
-			samplerSampleForRun:     g.sampleForRun,
-			samplerKind + remindMsg: g.remind,
-			samplerRunEnded:         g.runEnd,
-			samplerRetire:           g.retire,
-			samplerWake:             awake,
-			samplerCancelOp:         g.cancelOp,
+			protocol.SamplerSubmit:       g.submit,
+			protocol.SamplerWeights:      g.weights,
+			protocol.SamplerSynced:       g.synced,
+			protocol.SamplerExecStarted:  g.execStarted,
+			protocol.SamplerExecDone:     g.execDone,
+			protocol.SamplerSampleForRun: g.sampleForRun,
+			protocol.SamplerRemind:       g.remind,
+			protocol.SamplerRunEnded:     g.runEnd,
+			protocol.SamplerRetire:       g.retire,
+			protocol.SamplerWake:         protocol.Awake,
+			protocol.SamplerCancelOp:     g.cancelOp,
 		}
 		g.Load = func() (string, int, int64) {
 			n := len(g.queue)
 			if g.executing != 0 {
 				n++
 			}
-			return g.rec.Tenant.Org, n, g.held()
+			return g.rec.Tenant.Org, n, g.Held()
 		}
 		// A sampler whose sync is in flight awaits its report, and
 		// run-scoped samples waiting for a version live only here.
@@ -87,39 +85,39 @@ func (g *samplerGrain) Receive(ctx actor.Context) {
 
 // activate takes the sampler's lease and recovers: an operation found
 // executing was cut off and queues again first (sampling changes nothing,
-// so it simply runs again; one the node died under maxAttempts times fails
+// so it simply runs again; one the node died under too often fails
 // as interrupted); pending and parked ones queue again.
-func (g *samplerGrain) activate() error {
+func (g *Grain) activate() error {
 	var run persistence.Run
-	err := g.sys.store.Update(func(tx persistence.Tx) error {
+	err := g.N.Store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Sampler)
 		if ok, err := tx.Get(persistence.Samplers, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
-				err = notFound("sampler", g.ID)
+				err = protocol.NotFound("sampler", g.ID)
 			}
 			return err
 		}
 		if _, err := tx.Get(persistence.Runs, []byte(r.RunID), &run); err != nil {
 			return err
 		}
-		h, lerr := g.takeLease(tx)
+		h, lerr := g.TakeLease(tx)
 		if lerr != nil {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
 		g.queue, g.executing, g.waits, g.parsed = g.queue[:0], 0, map[int64]*int64{}, map[int64]payload.Parsed{}
-		now := g.sys.now()
-		err := scanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
+		now := g.N.Now()
+		err := persistence.ScanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
 			switch op.Status {
 			case states.OpExecuting:
-				requeued, err := requeue(op, now)
+				requeued, err := oplog.Requeue(op, now)
 				if err != nil {
 					return err
 				}
 				if requeued {
 					g.queue = append(g.queue, op.SeqID)
 				}
-				return g.putOp(tx, op)
+				return g.PutOp(tx, op)
 			case states.OpPending, states.OpParked:
 				g.queue = append(g.queue, op.SeqID)
 			}
@@ -133,24 +131,24 @@ func (g *samplerGrain) activate() error {
 	})
 	g.latest, g.runEnded = run.LatestWeightVersion, states.Terminal(states.RunMoves, run.Status)
 	if err == nil && g.rec.Status == states.SamplerReady {
-		g.sys.reminders.At(g.reminder(), g.rec.LastActivityAt.Add(g.sys.cfg.SamplerIdle))
+		g.N.Reminders.At(g.reminder(), g.rec.LastActivityAt.Add(g.N.SamplerIdle))
 	}
 	return err
 }
 
 // reminder is the key of the sampler's idle reminder.
-func (g *samplerGrain) reminder() string { return samplerKind + "/" + g.ID }
+func (g *Grain) reminder() string { return protocol.ReminderKey(protocol.SamplerKind, g.ID) }
 
 // write commits fn's changes to a copy of the sampler record, fenced by the
 // activation's epoch, and makes the copy the grain's once durable.
-func (g *samplerGrain) write(fn func(tx persistence.Tx, r *persistence.Sampler) error) error {
+func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Sampler) error) error {
 	var next *persistence.Sampler
-	err := g.headTx(func(tx persistence.Tx) (int64, error) {
+	err := g.HeadTx(func(tx persistence.Tx) (int64, error) {
 		r := *g.rec
 		if err := fn(tx, &r); err != nil {
 			return 0, err
 		}
-		r.UpdatedAt = g.sys.now()
+		r.UpdatedAt = g.N.Now()
 		next = &r
 		return r.NextSeqID, tx.Put(persistence.Samplers, []byte(g.ID), &r)
 	})
@@ -160,71 +158,71 @@ func (g *samplerGrain) write(fn func(tx persistence.Tx, r *persistence.Sampler) 
 	return err
 }
 
-func (g *samplerGrain) submit(_ actor.Context, in grain.In) (any, error) { return g.admit(in, g) }
+func (g *Grain) submit(_ actor.Context, in grain.In) (any, error) { return g.Admit(in, g) }
 
-// What the sampler gives admit.
-func (g *samplerGrain) owner() persistence.Tenant { return g.rec.Tenant }
-func (g *samplerGrain) nextSeq() int64            { return g.rec.NextSeqID }
+// What the sampler gives oplog.Admit.
+func (g *Grain) Tenant() persistence.Tenant { return g.rec.Tenant }
+func (g *Grain) NextSeq() int64             { return g.rec.NextSeqID }
 
-func (g *samplerGrain) takes() error {
+func (g *Grain) Takes() error {
 	if g.rec.Status == states.SamplerRetired {
-		return refuse(CodeSamplerNotServing, "sampler %s is retired", g.ID)
+		return protocol.Refuse(protocol.CodeSamplerNotServing, "sampler %s is retired", g.ID)
 	}
 	return nil
 }
 
-func (g *samplerGrain) depth() int {
+func (g *Grain) Depth() int {
 	_, n, _ := g.Load()
 	return n
 }
 
-func (g *samplerGrain) rules() (*submitRules, error) {
+func (g *Grain) Rules() (*oplog.Rules, error) {
 	if g.admitRules != nil {
 		return g.admitRules, nil
 	}
-	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
+	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.rec.BaseModel)
-	g.admitRules = &submitRules{what: "sampler", scope: executor.OnSampler, offered: g.sys.cfg.Registry.Row(prices.provider).SamplerOperations, model: m.Config}
+	m, _ := g.N.Registry.Catalog().Lookup(g.rec.BaseModel)
+	g.admitRules = &oplog.Rules{What: "sampler", Scope: executor.OnSampler, Offered: g.N.Registry.Row(prices.Provider).SamplerOperations, Model: m.Config}
 	return g.admitRules, nil
 }
 
-// accept writes an admitted operation: pending, or parked until the
+// Accept writes an admitted operation: pending, or parked until the
 // sampler holds the weight version it requires (failed at once when the
 // ended run never saved that version).
-func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed) (*persistence.Operation, error) {
+func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Parsed) (*persistence.Operation, error) {
 	required := payload.Required(parsed)
 	var op *persistence.Operation
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
-		now := g.sys.now()
+		now := g.N.Now()
 		first := states.OpPending // an operation that waits for a weight version starts parked
 		if required != nil && *required > r.SyncedWeightVersion {
 			first = states.OpParked
 		}
 		op = &persistence.Operation{
-			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
+			ID: protocol.NewID(protocol.OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
 			Kind: sub.Kind, Status: first, CreatedAt: now, UpdatedAt: now,
 			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload,
 		}
 		if required != nil && *required > g.latest && g.runEnded {
-			if err := settle(op, states.OpFailed, CodeUnreachable, fmt.Sprintf(
+			if err := oplog.Settle(op, states.OpFailed, protocol.CodeUnreachable, fmt.Sprintf(
 				"weight version %d can never be reached: the run ended at version %d", *required, g.latest), now); err != nil {
 				return err
 			}
 		}
 		r.NextSeqID++
 		r.LastActivityAt = now
-		return g.putAccepted(tx, op, key)
+		return g.PutAccepted(tx, op, key)
 	})
 	if err != nil {
 		return nil, err
 	}
-	g.sys.cfg.Metrics.Accepted(sub.Kind)
+	g.N.Metrics.Accepted(sub.Kind)
 	if op.Status == states.OpPending || op.Status == states.OpParked {
 		g.waits[op.SeqID] = required
-		if len(g.queue) < parsedKeep {
+		if len(g.queue) < oplog.ParsedKeep {
 			g.parsed[op.SeqID] = parsed
 		}
 		g.queue = append(g.queue, op.SeqID)
@@ -236,17 +234,14 @@ func (g *samplerGrain) accept(sub *Submission, key []byte, parsed payload.Parsed
 // run hands a sampler operation to the sampling executor, at the sampler's
 // synced weights, with its payload parsed if the grain has it; it is
 // pending until the executor starts it (sampler.exec_started).
-func (g *samplerGrain) run(op *persistence.Operation, p payload.Parsed) {
+func (g *Grain) run(op *persistence.Operation, p payload.Parsed) {
 	g.executing = op.SeqID
-	g.sys.sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
-		Epoch: g.epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyID: g.ID, Parsed: p})
+	g.N.Sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
+		Epoch: g.Epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyID: g.ID, Parsed: p})
 }
 
-// weightsUpdate tells a sampler of its run's new latest weight version.
-type weightsUpdate struct{ Version int64 }
-
-func (g *samplerGrain) weights(_ actor.Context, in grain.In) (any, error) {
-	w, err := grain.Decode[weightsUpdate](in)
+func (g *Grain) weights(_ actor.Context, in grain.In) (any, error) {
+	w, err := grain.Decode[protocol.WeightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -257,8 +252,8 @@ func (g *samplerGrain) weights(_ actor.Context, in grain.In) (any, error) {
 
 // runEnd is the run's end: its latest version is final, so parked
 // operations that want more can never run.
-func (g *samplerGrain) runEnd(_ actor.Context, in grain.In) (any, error) {
-	w, err := grain.Decode[weightsUpdate](in)
+func (g *Grain) runEnd(_ actor.Context, in grain.In) (any, error) {
+	w, err := grain.Decode[protocol.WeightsUpdate](in)
 	if err != nil {
 		return nil, err
 	}
@@ -270,28 +265,28 @@ func (g *samplerGrain) runEnd(_ actor.Context, in grain.In) (any, error) {
 
 // failUnreachable fails the queued operations whose required version is
 // past the ended run's last one.
-func (g *samplerGrain) failUnreachable() {
+func (g *Grain) failUnreachable() {
 	var left []int64
-	err := g.sys.store.Update(func(tx persistence.Tx) (err error) {
-		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+	err := g.N.Store.Update(func(tx persistence.Tx) (err error) {
+		now := g.N.Now()
+		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			req := g.required(op)
 			if req == nil || *req <= g.latest {
 				return false, true, nil
 			}
-			return true, false, settle(op, states.OpFailed, CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
+			return true, false, oplog.Settle(op, states.OpFailed, protocol.CodeUnreachable, fmt.Sprintf("weight version %d can never be reached: the run ended at version %d", *req, g.latest), now)
 		})
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("fail unreachable sampler operations", "sampler", g.ID, "err", err)
+		g.N.Log.Error("fail unreachable sampler operations", "sampler", g.ID, "err", err)
 		return
 	}
 	g.keepQueued(left)
 }
 
 // required is the weight version a queued operation waits for.
-func (g *samplerGrain) required(op *persistence.Operation) *int64 {
+func (g *Grain) required(op *persistence.Operation) *int64 {
 	if v, ok := g.waits[op.SeqID]; ok {
 		return v
 	}
@@ -306,7 +301,7 @@ func (g *samplerGrain) required(op *persistence.Operation) *int64 {
 
 // keepQueued makes left the queue, forgetting what the grain held for the
 // operations that left it.
-func (g *samplerGrain) keepQueued(left []int64) {
+func (g *Grain) keepQueued(left []int64) {
 	for _, seq := range g.queue {
 		if !slices.Contains(left, seq) {
 			g.forget(seq)
@@ -316,7 +311,7 @@ func (g *samplerGrain) keepQueued(left []int64) {
 }
 
 // forget drops what the grain held for a queued operation.
-func (g *samplerGrain) forget(seq int64) {
+func (g *Grain) forget(seq int64) {
 	delete(g.waits, seq)
 	delete(g.parsed, seq)
 }
@@ -324,7 +319,7 @@ func (g *samplerGrain) forget(seq int64) {
 // kick moves the sampler on: it syncs to the run's latest weights when
 // behind (or when released), unparks what the synced version satisfies,
 // and starts the next run-scoped sample or, in seq order, operation.
-func (g *samplerGrain) kick() {
+func (g *Grain) kick() {
 	if g.Err != nil || g.rec.Status == states.SamplerRetired || g.syncing != 0 {
 		return
 	}
@@ -345,7 +340,7 @@ func (g *samplerGrain) kick() {
 			continue
 		}
 		j.Version = g.rec.SyncedWeightVersion
-		g.sys.sample(j)
+		g.N.Sample(j)
 	}
 	g.forRun = waiting
 	if g.executing != 0 || len(g.queue) == 0 {
@@ -353,12 +348,12 @@ func (g *samplerGrain) kick() {
 	}
 	seq := g.queue[0]
 	var op *persistence.Operation
-	err := g.sys.store.View(func(tx persistence.Tx) (err error) {
-		op, err = g.op(tx, seq)
+	err := g.N.Store.View(func(tx persistence.Tx) (err error) {
+		op, err = g.Op(tx, seq)
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("start sampler operation", "sampler", g.ID, "seq", seq, "err", err)
+		g.N.Log.Error("start sampler operation", "sampler", g.ID, "seq", seq, "err", err)
 		return
 	}
 	if req := g.required(op); op.Status != states.OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
@@ -371,7 +366,7 @@ func (g *samplerGrain) kick() {
 
 // sync loads version into the sampling executor: syncing from ready,
 // provisioning from absent (or at creation).
-func (g *samplerGrain) sync(version int64) {
+func (g *Grain) sync(version int64) {
 	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
 		switch r.Status {
 		case states.SamplerReady, states.SamplerFailed:
@@ -382,16 +377,16 @@ func (g *samplerGrain) sync(version int64) {
 		return nil // provisioning or syncing already (an activation after a crash)
 	})
 	if err != nil {
-		g.sys.log.Error("sampler sync", "sampler", g.ID, "err", err)
+		g.N.Log.Error("sampler sync", "sampler", g.ID, "err", err)
 		return
 	}
 	g.syncing = version
-	g.sys.sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.epoch})
+	g.N.Sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: version, Epoch: g.Epoch})
 }
 
-func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
+func (g *Grain) synced(_ actor.Context, in grain.In) (any, error) {
 	s, err := grain.Decode[executor.Synced](in)
-	if err != nil || s.Epoch != g.epoch || s.Version != g.syncing {
+	if err != nil || s.Epoch != g.Epoch || s.Version != g.syncing {
 		return nil, err
 	}
 	g.syncing = 0
@@ -403,8 +398,8 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 		if err := states.Move(states.SamplerMoves, &r.Status, states.SamplerReady); err != nil {
 			return err
 		}
-		now := g.sys.now()
-		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		now := g.N.Now()
+		_, err := g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := g.required(op); op.Status == states.OpParked && (req == nil || *req <= s.Version) {
 				op.UpdatedAt = now
 				return true, true, states.Move(states.OpMoves, &op.Status, states.OpPending)
@@ -416,7 +411,7 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.sys.reminders.At(g.reminder(), g.sys.now().Add(g.sys.cfg.SamplerIdle))
+	g.N.Reminders.At(g.reminder(), g.N.Now().Add(g.N.SamplerIdle))
 	g.kick()
 	return nil, nil
 }
@@ -425,9 +420,9 @@ func (g *samplerGrain) synced(_ actor.Context, in grain.In) (any, error) {
 // is failed until the run saves a newer one, and the work that needed this
 // version or none in particular fails with it (work that requires a later
 // version stays parked).
-func (g *samplerGrain) syncFailed(s *executor.Synced) error {
+func (g *Grain) syncFailed(s *executor.Synced) error {
 	g.failedAt = s.Version
-	g.sys.log.Error("sampler sync failed", "sampler", g.ID, "version", s.Version, "code", s.Code, "message", s.Message)
+	g.N.Log.Error("sampler sync failed", "sampler", g.ID, "version", s.Version, "code", s.Code, "message", s.Message)
 	msg := fmt.Sprintf("the sampler could not load weight version %d: %s", s.Version, s.Message)
 	var left []int64
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) (err error) {
@@ -435,12 +430,12 @@ func (g *samplerGrain) syncFailed(s *executor.Synced) error {
 		if err := states.Move(states.SamplerMoves, &r.Status, states.SamplerFailed); err != nil {
 			return err
 		}
-		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		now := g.N.Now()
+		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := g.required(op); req != nil && *req > s.Version {
 				return false, true, nil
 			}
-			return true, false, settle(op, states.OpFailed, CodeSamplerFailed, msg, now)
+			return true, false, oplog.Settle(op, states.OpFailed, protocol.CodeSamplerFailed, msg, now)
 		})
 		return err
 	})
@@ -454,51 +449,51 @@ func (g *samplerGrain) syncFailed(s *executor.Synced) error {
 			waiting = append(waiting, j)
 			continue
 		}
-		g.sys.run(j.ReplyID).execDone(&executor.Done{Epoch: j.Epoch, SeqID: j.SeqID, Status: states.OpFailed, Code: CodeSamplerFailed, Message: msg})
+		g.N.Run(j.ReplyID).ExecDone(&executor.Done{Epoch: j.Epoch, SeqID: j.SeqID, Status: states.OpFailed, Code: protocol.CodeSamplerFailed, Message: msg})
 	}
 	g.forRun = waiting
 	return nil
 }
 
 // execStarted marks the operation the sampling executor began.
-func (g *samplerGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
-	st, err := startReport(in, g.epoch, g.executing)
+func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
+	st, err := oplog.StartReport(in, g.Epoch, g.executing)
 	if st == nil {
 		return nil, err
 	}
 	return nil, g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
-		r.LastActivityAt = g.sys.now()
-		return g.markExecuting(tx, st.SeqID, r.LastActivityAt)
+		r.LastActivityAt = g.N.Now()
+		return g.MarkExecuting(tx, st.SeqID, r.LastActivityAt)
 	})
 }
 
-func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
-	d, err := outcome(in, g.epoch, g.executing)
+func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
+	d, err := oplog.Outcome(in, g.Epoch, g.executing)
 	if d == nil {
 		return nil, err
 	}
 	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx persistence.Tx, _ *persistence.Sampler) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+		if err := g.write(func(tx persistence.Tx, _ *persistence.Sampler) error { return g.Unstart(tx, d.SeqID, g.N.Now()) }); err != nil {
 			return nil, err
 		}
 		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
 		return nil, nil
 	}
-	prices, err := g.sys.prices(&g.priceList, g.rec.Tenant, g.rec.SessionID)
+	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
-		op, err := g.op(tx, d.SeqID)
+		op, err := g.Op(tx, d.SeqID)
 		if err != nil {
 			return err
 		}
-		now := g.sys.now()
-		if err := endWith(op, d, prices, now, false); err != nil {
+		now := g.N.Now()
+		if err := oplog.EndWith(op, d, prices, now, false); err != nil {
 			return err
 		}
 		r.LastActivityAt = now
-		return g.putOp(tx, op)
+		return g.PutOp(tx, op)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record sampler operation %d: %w", d.SeqID, err)
@@ -508,17 +503,8 @@ func (g *samplerGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	return nil, nil
 }
 
-// runSample is a run-scoped sample handed over by the run: sample at the
-// given weight version (at least) and report to the run.
-type runSample struct {
-	RunEpoch uint64
-	SeqID    int64
-	Payload  json.RawMessage
-	Version  int64
-}
-
-func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
-	rs, err := grain.Decode[runSample](in)
+func (g *Grain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
+	rs, err := grain.Decode[protocol.RunSample](in)
 	if err != nil {
 		return nil, err
 	}
@@ -538,94 +524,47 @@ func (g *samplerGrain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
 // is released (its adapter leaves the executor's memory, status absent, and
 // comes back on the next demand); one used since, or busy, is reminded
 // again when it could next be idle.
-func (g *samplerGrain) remind(actor.Context, grain.In) (any, error) {
+func (g *Grain) remind(actor.Context, grain.In) (any, error) {
 	if g.rec.Status != states.SamplerReady {
 		return struct{}{}, nil // it is reminded again when it is next ready
 	}
-	now := g.sys.now()
-	if next := g.rec.LastActivityAt.Add(g.sys.cfg.SamplerIdle); next.After(now) {
-		g.sys.reminders.At(g.reminder(), next)
+	now := g.N.Now()
+	if next := g.rec.LastActivityAt.Add(g.N.SamplerIdle); next.After(now) {
+		g.N.Reminders.At(g.reminder(), next)
 		return struct{}{}, nil
 	}
 	if g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 {
-		g.sys.reminders.At(g.reminder(), now.Add(g.sys.cfg.SamplerIdle))
+		g.N.Reminders.At(g.reminder(), now.Add(g.N.SamplerIdle))
 		return struct{}{}, nil
 	}
 	err := g.write(func(_ persistence.Tx, r *persistence.Sampler) error {
 		return states.Move(states.SamplerMoves, &r.Status, states.SamplerAbsent)
 	})
 	if err == nil {
-		g.sys.samplingRelease(g.ID)
+		g.N.SamplingRelease(g.ID)
 	}
 	return struct{}{}, err
 }
 
-// GetSampler reads a sampler.
-func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampler, error) {
-	read := func(tx persistence.Tx, id string, v *persistence.Sampler) (bool, error) {
-		ok, err := tx.Get(persistence.Samplers, []byte(id), v)
-		if ok && err == nil {
-			var h persistence.Head
-			_, err = tx.Get(persistence.Heads, []byte(id), &h)
-			v.NextSeqID = h.NextSeqID
-		}
-		return ok, err
-	}
-	return get(s, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
-}
-
-// SubmitToSampler hands a sampler operation to the sampler's grain, which
-// admits it durably.
-func (s *System) SubmitToSampler(sub Submission) (*Accepted, error) {
-	return s.sampler(sub.Target).submit(sub)
-}
-
-// CancelOperation cancels one sampler operation: a queued (pending or
-// parked) one at once, an executing one at its next decoding step; one
-// that has ended is answered as it is. A run's operations are ordered, so
-// they are cancelled with their run (POST /runs/{id}/cancel), not one by
-// one.
-func (s *System) CancelOperation(t persistence.Tenant, id string) (*persistence.Operation, error) {
-	op, err := s.GetOperation(t, id)
-	if err != nil {
-		return nil, err
-	}
-	var key []byte
-	if err := s.store.View(func(tx persistence.Tx) error {
-		_, err := tx.Get(persistence.Index, []byte(id), &key)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	owner := string(key[:max(0, len(key)-8)])
-	if !strings.HasPrefix(owner, SamplerPrefix) {
-		return nil, refuse(CodeInvalidState, "operation %s is run %s's: a run's operations are ordered, so cancel the run (POST /v1/training/runs/%s/cancel)", id, op.RunID, op.RunID)
-	}
-	if states.Terminal(states.OpMoves, op.Status) {
-		return op, nil
-	}
-	return s.sampler(owner).cancelOp(op.SeqID)
-}
-
-// cancelOp cancels operation seq of the sampler (see CancelOperation).
-func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
+// cancelOp cancels operation seq of the sampler: a queued one at once, an executing one at its next decoding step.
+func (g *Grain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 	seq, err := grain.Decode[int64](in)
 	if err != nil {
 		return nil, err
 	}
 	if *seq == g.executing {
-		g.sys.samplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: *seq})
+		g.N.SamplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: *seq})
 	}
 	var op *persistence.Operation
 	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
 		var err error
-		if op, err = g.op(tx, *seq); err != nil || states.Terminal(states.OpMoves, op.Status) || *seq == g.executing {
+		if op, err = g.Op(tx, *seq); err != nil || states.Terminal(states.OpMoves, op.Status) || *seq == g.executing {
 			return err
 		}
-		if err := settle(op, states.OpCancelled, CodeCancelled, "the operation was cancelled", g.sys.now()); err != nil {
+		if err := oplog.Settle(op, states.OpCancelled, protocol.CodeCancelled, "the operation was cancelled", g.N.Now()); err != nil {
 			return err
 		}
-		return g.putOp(tx, op)
+		return g.PutOp(tx, op)
 	})
 	if err != nil {
 		return nil, err
@@ -642,14 +581,14 @@ func (g *samplerGrain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 
 // retire ends the sampler with its run: queued operations are cancelled,
 // its adapter leaves memory, and it takes no more work.
-func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
+func (g *Grain) retire(actor.Context, grain.In) (any, error) {
 	if g.rec.Status == states.SamplerRetired {
 		return struct{}{}, nil
 	}
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
-		now := g.sys.now()
-		_, err := g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
-			return true, false, settle(op, states.OpCancelled, CodeCancelled, "the sampler was retired with its run", now)
+		now := g.N.Now()
+		_, err := g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+			return true, false, oplog.Settle(op, states.OpCancelled, protocol.CodeCancelled, "the sampler was retired with its run", now)
 		})
 		if err != nil {
 			return err
@@ -661,8 +600,8 @@ func (g *samplerGrain) retire(actor.Context, grain.In) (any, error) {
 	}
 	g.queue, g.forRun, g.waits, g.parsed = nil, nil, map[int64]*int64{}, map[int64]payload.Parsed{}
 	if g.executing != 0 {
-		g.sys.samplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: g.executing})
+		g.N.SamplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: g.executing})
 	}
-	g.sys.samplingRelease(g.ID)
+	g.N.SamplingRelease(g.ID)
 	return struct{}{}, nil
 }

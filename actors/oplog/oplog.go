@@ -1,31 +1,35 @@
-package actors
+// Package oplog is what a run's and a sampler's grains share: each owns a
+// sequence of operations, admitted in seq_id order with idempotency (the
+// one admission path, Admit), written fenced by the owner's head (its
+// activation epoch and next seq_id), handed to an executor and settled by
+// the executor's report.
+package oplog
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
 )
 
-// What a run and a sampler share: each owns a sequence of operations,
-// accepted in seq_id order with idempotency and fenced by the owner's Head
-// (activation epoch and next seq_id).
-
-// opOwner is what a run and a sampler grain share: the grain, the
-// activation's fence, and memos of the records only this activation writes
+// Owner is what a run and a sampler grain share: the grain and its node,
+// the activation's fence, and memos of the records only this activation writes
 // while its epoch holds the lease (its Head and its queued or executing
 // operations), so that its write functions, which run in the store's serial
 // commit loop, do not read back and decode what the grain wrote itself
 // (persistence.Memo checks the stored bytes on every read, so a failed write
 // only costs a decode).
-type opOwner struct {
-	base
-	epoch uint64
+type Owner struct {
+	grain.Base
+	N *protocol.Node
+	// Epoch is this activation's: every job it gives an executor carries
+	// it, and a report about an older one is dropped.
+	Epoch uint64
 	head  persistence.Memo[persistence.Head]
 	ops   map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
 	// opBytes is what the memos in ops hold, kept as they change: admission
@@ -33,17 +37,17 @@ type opOwner struct {
 	opBytes int64
 }
 
-// headTx runs fn in a store transaction fenced by the owner's head: refused
-// (errFenced) unless the activation's epoch still holds the lease, and the
+// HeadTx runs fn in a store transaction fenced by the owner's head: refused
+// (protocol.ErrFenced) unless the activation's epoch still holds the lease, and the
 // head's next seq_id set to what fn returns.
-func (o *opOwner) headTx(fn func(tx persistence.Tx) (int64, error)) error {
-	return o.sys.store.Update(func(tx persistence.Tx) error {
+func (o *Owner) HeadTx(fn func(tx persistence.Tx) (int64, error)) error {
+	return o.N.Store.Update(func(tx persistence.Tx) error {
 		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.ID))
 		if err != nil {
 			return err
 		}
-		if h.Epoch != o.epoch {
-			return errFenced
+		if h.Epoch != o.Epoch {
+			return protocol.ErrFenced
 		}
 		next, err := fn(tx)
 		if err != nil || next == h.NextSeqID {
@@ -54,21 +58,21 @@ func (o *opOwner) headTx(fn func(tx persistence.Tx) (int64, error)) error {
 	})
 }
 
-// takeLease bumps the owner's activation epoch (inside an activation's
+// TakeLease bumps the owner's activation epoch (inside an activation's
 // transaction), makes it this activation's and returns the head.
-func (o *opOwner) takeLease(tx persistence.Tx) (persistence.Head, error) {
+func (o *Owner) TakeLease(tx persistence.Tx) (persistence.Head, error) {
 	h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.ID))
 	if err != nil {
 		return h, err
 	}
 	h.Epoch++
-	o.epoch = h.Epoch
+	o.Epoch = h.Epoch
 	return h, o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
 }
 
-// op reads the owner's operation seq inside tx (the zero operation if there
+// Op reads the owner's operation seq inside tx (the zero operation if there
 // is none), as a copy the caller may change by assignment.
-func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, error) {
+func (o *Owner) Op(tx persistence.Tx, seq int64) (*persistence.Operation, error) {
 	m := o.memo(seq)
 	before := m.Size()
 	op, ok, err := m.Get(tx, persistence.Ops, persistence.SeqKey(o.ID, seq))
@@ -82,7 +86,7 @@ func (o *opOwner) op(tx persistence.Tx, seq int64) (*persistence.Operation, erro
 }
 
 // memo is operation seq's memo, made if it has none.
-func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
+func (o *Owner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 	m := o.ops[seq]
 	if m == nil {
 		if o.ops == nil {
@@ -94,10 +98,10 @@ func (o *opOwner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 	return m
 }
 
-// putOp writes one of the owner's operations inside tx, through its memo
+// PutOp writes one of the owner's operations inside tx, through its memo
 // while it is queued or executing; an ended one is not read again by its
 // grain, and leaves the memos.
-func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
+func (o *Owner) PutOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.ID, op.SeqID)
 	if states.Terminal(states.OpMoves, op.Status) {
 		if m := o.ops[op.SeqID]; m != nil {
@@ -116,22 +120,22 @@ func (o *opOwner) putOp(tx persistence.Tx, op *persistence.Operation) error {
 // repeated answers a submission whose idempotency key owner has seen: the
 // original operation, or a conflict when the request hash differs. It
 // returns nil, nil for a new key.
-func repeated(s *System, owner string, key []byte, sub *Submission) (*Accepted, error) {
-	op, err := existingOp(s, owner, key)
+func repeated(st persistence.Store, owner string, key []byte, sub *protocol.Submission) (*protocol.Accepted, error) {
+	op, err := ExistingOp(st, owner, key)
 	if err != nil || op == nil {
 		return nil, err
 	}
 	if op.RequestHash != sub.RequestHash {
-		return nil, refuse(CodeIdempotencyConflict, "idempotency_key %q was used for operation %s (seq_id %d) with another request_hash", sub.IdempotencyKey, op.ID, op.SeqID)
+		return nil, protocol.Refuse(protocol.CodeIdempotencyConflict, "idempotency_key %q was used for operation %s (seq_id %d) with another request_hash", sub.IdempotencyKey, op.ID, op.SeqID)
 	}
-	return handle(op, false), nil
+	return Handle(op, false), nil
 }
 
-// existingOp returns the operation of owner (a run or a sampler) that an
+// ExistingOp returns the operation of owner (a run or a sampler) that an
 // idempotency key already names, if any.
-func existingOp(s *System, owner string, key []byte) (*persistence.Operation, error) {
+func ExistingOp(st persistence.Store, owner string, key []byte) (*persistence.Operation, error) {
 	var op *persistence.Operation
-	err := s.store.View(func(tx persistence.Tx) error {
+	err := st.View(func(tx persistence.Tx) error {
 		var seq int64
 		if ok, err := tx.Get(persistence.Idem, key, &seq); err != nil || !ok {
 			return err
@@ -143,10 +147,10 @@ func existingOp(s *System, owner string, key []byte) (*persistence.Operation, er
 	return op, err
 }
 
-// putAccepted writes a newly accepted operation of the owner with its id
+// PutAccepted writes a newly accepted operation of the owner with its id
 // index and idempotency entry.
-func (o *opOwner) putAccepted(tx persistence.Tx, op *persistence.Operation, idem []byte) error {
-	if err := o.putOp(tx, op); err != nil {
+func (o *Owner) PutAccepted(tx persistence.Tx, op *persistence.Operation, idem []byte) error {
+	if err := o.PutOp(tx, op); err != nil {
 		return err
 	}
 	key := persistence.SeqKey(o.ID, op.SeqID)
@@ -156,8 +160,8 @@ func (o *opOwner) putAccepted(tx persistence.Tx, op *persistence.Operation, idem
 	return tx.Put(persistence.Idem, idem, op.SeqID)
 }
 
-// settle ends an operation.
-func settle(op *persistence.Operation, status, code, msg string, now time.Time) error {
+// Settle ends an operation with status (and an error code and message).
+func Settle(op *persistence.Operation, status, code, msg string, now time.Time) error {
 	if err := states.Move(states.OpMoves, &op.Status, status); err != nil {
 		return fmt.Errorf("operation %d: %w", op.SeqID, err)
 	}
@@ -168,27 +172,17 @@ func settle(op *persistence.Operation, status, code, msg string, now time.Time) 
 	return nil
 }
 
-// base is what every grain of the node embeds: the grain runtime's Base,
-// and its node.
-type base struct {
-	grain.Base
-	sys *System
-}
-
-// held is the bytes the owner's memos hold for its queued and executing
+// Held is the bytes the owner's memos hold for its queued and executing
 // operations.
-func (o *opOwner) held() int64 { return o.opBytes }
+func (o *Owner) Held() int64 { return o.opBytes }
 
-// awake answers a call that only activates its grain.
-func awake(actor.Context, grain.In) (any, error) { return struct{}{}, nil }
-
-// sweepQueue visits the owner's queued operations inside tx: fn may change
+// SweepQueue visits the owner's queued operations inside tx: fn may change
 // one (and says so, to have it written) and says whether it stays queued. It
 // returns the operations that stay, in order.
-func (o *opOwner) sweepQueue(tx persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool, err error)) ([]int64, error) {
+func (o *Owner) SweepQueue(tx persistence.Tx, queue []int64, fn func(op *persistence.Operation) (changed, stays bool, err error)) ([]int64, error) {
 	var left []int64
 	for _, seq := range queue {
-		op, err := o.op(tx, seq)
+		op, err := o.Op(tx, seq)
 		if err != nil {
 			return nil, err
 		}
@@ -202,17 +196,17 @@ func (o *opOwner) sweepQueue(tx persistence.Tx, queue []int64, fn func(op *persi
 		if !changed {
 			continue
 		}
-		if err := o.putOp(tx, op); err != nil {
+		if err := o.PutOp(tx, op); err != nil {
 			return nil, err
 		}
 	}
 	return left, nil
 }
 
-// outcome decodes an executor's report on an operation and keeps it only
+// Outcome decodes an executor's report on an operation and keeps it only
 // when it is about the one this activation has executing: a report meant
 // for an older activation is dropped (recovery settled that operation).
-func outcome(in grain.In, epoch uint64, executing int64) (*executor.Done, error) {
+func Outcome(in grain.In, epoch uint64, executing int64) (*executor.Done, error) {
 	d, err := grain.Decode[executor.Done](in)
 	if err != nil || d.Epoch != epoch || d.SeqID != executing {
 		return nil, err
@@ -220,9 +214,9 @@ func outcome(in grain.In, epoch uint64, executing int64) (*executor.Done, error)
 	return d, nil
 }
 
-// startReport decodes an executor's word that an operation began, kept
+// StartReport decodes an executor's word that an operation began, kept
 // only when it is about the one this activation has executing.
-func startReport(in grain.In, epoch uint64, executing int64) (*executor.Started, error) {
+func StartReport(in grain.In, epoch uint64, executing int64) (*executor.Started, error) {
 	st, err := grain.Decode[executor.Started](in)
 	if err != nil || st.Epoch != epoch || st.SeqID != executing {
 		return nil, err
@@ -230,29 +224,29 @@ func startReport(in grain.In, epoch uint64, executing int64) (*executor.Started,
 	return st, nil
 }
 
-// endWith ends op as report d says, with its result and its usage at
-// prices p; trainer: it ran on the run's trainer (see recordUsage).
-func endWith(op *persistence.Operation, d *executor.Done, p *priceList, now time.Time, trainer bool) error {
-	if err := settle(op, d.Status, d.Code, d.Message, now); err != nil {
+// EndWith ends op as report d says, with its result and its usage at
+// prices p; trainer: it ran on the run's trainer (see usage.Record).
+func EndWith(op *persistence.Operation, d *executor.Done, p *usage.Prices, now time.Time, trainer bool) error {
+	if err := Settle(op, d.Status, d.Code, d.Message, now); err != nil {
 		return err
 	}
 	op.Result = d.Result
-	recordUsage(op, d, p, now, trainer)
+	usage.Record(op, d, p, now, trainer)
 	return nil
 }
 
-// maxAttempts is how many times the node may die under one operation
+// MaxAttempts is how many times the node may die under one operation
 // before it fails as interrupted instead of running again: an operation
 // that takes the node down every time must not keep doing so.
-const maxAttempts = 3
+const MaxAttempts = 3
 
-// requeue sends an operation its grain finds executing when it activates
-// back to pending, counting the attempt; when it has had maxAttempts, it
+// Requeue sends an operation its grain finds executing when it activates
+// back to pending, counting the attempt; when it has had MaxAttempts, it
 // fails as interrupted instead (requeued is false).
-func requeue(op *persistence.Operation, now time.Time) (requeued bool, err error) {
+func Requeue(op *persistence.Operation, now time.Time) (requeued bool, err error) {
 	op.Attempts++
-	if op.Attempts >= maxAttempts {
-		return false, failInterrupted(op, now)
+	if op.Attempts >= MaxAttempts {
+		return false, FailInterrupted(op, now)
 	}
 	return true, unstartOp(op, now)
 }
@@ -267,16 +261,16 @@ func unstartOp(op *persistence.Operation, now time.Time) error {
 	return nil
 }
 
-// failInterrupted settles an operation the node died under maxAttempts
+// FailInterrupted settles an operation the node died under MaxAttempts
 // times.
-func failInterrupted(op *persistence.Operation, now time.Time) error {
-	return settle(op, states.OpFailed, CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
+func FailInterrupted(op *persistence.Operation, now time.Time) error {
+	return Settle(op, states.OpFailed, protocol.CodeInterrupted, fmt.Sprintf("the node stopped %d times while this operation was executing", op.Attempts), now)
 }
 
-// markExecuting records that the executor began operation seq (if it is
+// MarkExecuting records that the executor began operation seq (if it is
 // still pending: a report after a cancel finds it ended).
-func (o *opOwner) markExecuting(tx persistence.Tx, seq int64, now time.Time) error {
-	op, err := o.op(tx, seq)
+func (o *Owner) MarkExecuting(tx persistence.Tx, seq int64, now time.Time) error {
+	op, err := o.Op(tx, seq)
 	if err != nil || op.Status != states.OpPending {
 		return err
 	}
@@ -284,18 +278,31 @@ func (o *opOwner) markExecuting(tx persistence.Tx, seq int64, now time.Time) err
 		return err
 	}
 	op.UpdatedAt = now
-	return o.putOp(tx, op)
+	return o.PutOp(tx, op)
 }
 
-// unstart sends an executing operation that the node's stop cut short back
+// Unstart sends an executing operation that the node's stop cut short back
 // to pending: nothing of it was applied, and it runs after the next start.
-func (o *opOwner) unstart(tx persistence.Tx, seq int64, now time.Time) error {
-	op, err := o.op(tx, seq)
+func (o *Owner) Unstart(tx persistence.Tx, seq int64, now time.Time) error {
+	op, err := o.Op(tx, seq)
 	if err != nil || op.Status != states.OpExecuting {
 		return err
 	}
 	if err := unstartOp(op, now); err != nil {
 		return err
 	}
-	return o.putOp(tx, op)
+	return o.PutOp(tx, op)
 }
+
+// Handle is the operation as a caller sees it (its payload stays stored).
+func Handle(op *persistence.Operation, created bool) *protocol.Accepted {
+	c := *op
+	c.Payload = nil
+	return &protocol.Accepted{Op: c, Created: created}
+}
+
+// ParsedKeep is how many queued operations of a grain keep their parsed
+// payload for the job that starts them: deeper ones are parsed again when
+// they start, so a long queue of large batches does not hold them all in
+// memory.
+const ParsedKeep = 4

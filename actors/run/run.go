@@ -1,4 +1,8 @@
-package actors
+// Package run is the run grain: one per run, it admits the run's
+// operations in seq_id order, runs them one at a time on the trainer's
+// executor, records their outcome (with their usage, outputs and metrics),
+// and ends, finishes, cancels and retires the run.
+package run
 
 import (
 	"encoding/json"
@@ -8,72 +12,33 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/wts-project/wts/actors/artifacts"
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/lease"
+	"github.com/wts-project/wts/actors/limits"
+	"github.com/wts-project/wts/actors/oplog"
 	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
 )
 
-// Submission is one operation submitted to a run or a sampler,
-// schema-checked already; its grain admits it (admit).
-type Submission struct {
-	Tenant         persistence.Tenant
-	Target         string // the run or sampler id
-	SeqID          int64
-	IdempotencyKey string
-	RequestHash    string
-	Kind           string
-	Payload        json.RawMessage
-}
-
-// Accepted is a grain's answer to a submission: the operation handle, and
-// whether this request created it (false: an idempotent repeat).
-type Accepted struct {
-	Op      persistence.Operation
-	Created bool
-}
-
-// Submit hands a submission to its run's grain, which admits it durably.
-func (s *System) Submit(sub Submission) (*Accepted, error) { return s.run(sub.Target).submit(sub) }
-
-// Control is a finish or cancel request on a run.
-type Control struct {
-	Tenant    persistence.Tenant
-	RequestID string
-}
-
-// Finish asks the run to finish once its queued operations have run.
-func (s *System) Finish(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
-	return s.run(runID).finish(Control{t, requestID})
-}
-
-// Cancel cancels the run's pending and executing operations and ends it.
-func (s *System) Cancel(t persistence.Tenant, runID, requestID string) (*Accepted, error) {
-	return s.run(runID).cancel(Control{t, requestID})
-}
-
-// runEnd is the session's order to end its run (close, lease expiry).
-type runEnd struct {
-	Status string
-	Code   string
-}
-
-// runGrain owns one run: it accepts operations in seq_id order, runs them one
+// Grain owns one run: it accepts operations in seq_id order, runs them one
 // at a time on the executor, and records their outcome. It caches the run
 // record, which only it writes, fenced by the activation epoch.
-type runGrain struct {
-	opOwner
+type Grain struct {
+	oplog.Owner
 	run        *persistence.Run
-	queue      []int64      // accepted operations not started, in seq order
-	executing  int64        // the operation on the executor, 0 if none
-	priceList  *priceList   // the session's billing snapshot, read once
-	admitRules *submitRules // what submissions are checked against, built once
+	queue      []int64       // accepted operations not started, in seq order
+	executing  int64         // the operation on the executor, 0 if none
+	prices     *usage.Prices // the session's billing snapshot, read once
+	admitRules *oplog.Rules  // what submissions are checked against, built once
 	// lease is the session's lease as accept last read or wrote it: every
 	// accepted operation checks it, and renews it about once a second.
 	lease persistence.Memo[lease.Lease]
-	// parsed holds, by seq_id, the parsed payloads (Submission.parsed) of
+	// parsed holds, by seq_id, the parsed payloads of
 	// queued operations this activation accepted, for the jobs that start
 	// them; an entry leaves when its seq_id leaves the queue.
 	parsed map[int64]payload.Parsed
@@ -82,22 +47,27 @@ type runGrain struct {
 	dispatched bool
 }
 
-func (g *runGrain) Receive(ctx actor.Context) {
+// New is a run grain of node n: the kind's producer.
+func New(n *protocol.Node) actor.Actor {
+	return &Grain{Owner: oplog.Owner{Base: grain.Base{RT: n.Runtime}, N: n}}
+}
+
+func (g *Grain) Receive(ctx actor.Context) {
 	if g.Methods == nil {
 		g.Methods = map[string]grain.Handler{
-			runSubmit:       g.submit,
-			runFinish:       g.finish,
-			runCancel:       g.cancel,
-			runEndMsg:       g.end,
-			runRetire:       g.retire,
-			runWake:         awake,
-			runBusy:         func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
-			runExecStarted:  g.execStarted,
-			runSnapshotted:  g.snapshotted,
-			runExecDone:     g.execDone,
-			runExecProgress: g.execProgress,
+			protocol.RunSubmit:       g.submit,
+			protocol.RunFinish:       g.finish,
+			protocol.RunCancel:       g.cancel,
+			protocol.RunEndMsg:       g.end,
+			protocol.RunRetire:       g.retire,
+			protocol.RunWake:         protocol.Awake,
+			protocol.RunBusy:         func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
+			protocol.RunExecStarted:  g.execStarted,
+			protocol.RunSnapshotted:  g.snapshotted,
+			protocol.RunExecDone:     g.execDone,
+			protocol.RunExecProgress: g.execProgress,
 		}
-		g.Load = func() (string, int, int64) { return g.run.Tenant.Org, g.depth(), g.held() }
+		g.Load = func() (string, int, int64) { return g.run.Tenant.Org, g.Depth(), g.Held() }
 		g.Idle = func() bool { return !g.busy() }
 	}
 	g.Handle(ctx, g.activate, g.kick)
@@ -108,44 +78,44 @@ func (g *runGrain) Receive(ctx actor.Context) {
 // One found executing was on the device when the node stopped: nothing of
 // it was recorded, so it queues again first and is re-run on the trainer
 // rebuilt from the run's snapshot and replay (the engine is deterministic).
-// Only an operation the node died under maxAttempts times fails, as
+// Only an operation the node died under oplog.MaxAttempts times fails, as
 // interrupted, and if it changes the trainer, so does the run: the
 // operations queued after it were written against a state that will never
 // exist.
-func (g *runGrain) activate() error {
-	return g.sys.store.Update(func(tx persistence.Tx) error {
+func (g *Grain) activate() error {
+	return g.N.Store.Update(func(tx persistence.Tx) error {
 		r := new(persistence.Run)
 		if ok, err := tx.Get(persistence.Runs, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
-				err = notFound("run", g.ID)
+				err = protocol.NotFound("run", g.ID)
 			}
 			return err
 		}
-		h, lerr := g.takeLease(tx)
+		h, lerr := g.TakeLease(tx)
 		if lerr != nil {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
 		wasTerminal := states.Terminal(states.RunMoves, r.Status)
 		g.queue, g.parsed, g.executing, g.dispatched = g.queue[:0], map[int64]payload.Parsed{}, 0, false
-		now := g.sys.now()
-		err := scanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
+		now := g.N.Now()
+		err := persistence.ScanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			var err error
 			switch {
 			case op.Status == states.OpExecuting && states.Terminal(states.RunMoves, r.Status):
-				err = failInterrupted(op, now)
+				err = oplog.FailInterrupted(op, now)
 			case op.Status == states.OpExecuting:
 				var requeued bool
-				switch requeued, err = requeue(op, now); {
+				switch requeued, err = oplog.Requeue(op, now); {
 				case err != nil:
 				case requeued:
 					g.queue = append(g.queue, op.SeqID)
 				case executor.KindOf(op.Kind).Mutates: // it failed on its last attempt
-					r.ErrorCode = CodeInterrupted
+					r.ErrorCode = protocol.CodeInterrupted
 					err = states.Move(states.RunMoves, &r.Status, states.RunInterrupted)
 				}
 			case op.Status == states.OpPending && states.Terminal(states.RunMoves, r.Status):
-				err = settle(op, states.OpCancelled, CodeInterrupted, "the run was interrupted before this operation started", now)
+				err = oplog.Settle(op, states.OpCancelled, protocol.CodeInterrupted, "the run was interrupted before this operation started", now)
 			case op.Status == states.OpPending:
 				g.queue = append(g.queue, op.SeqID)
 				return nil
@@ -155,13 +125,13 @@ func (g *runGrain) activate() error {
 			if err != nil {
 				return err
 			}
-			return g.putOp(tx, op)
+			return g.PutOp(tx, op)
 		})
 		if err != nil {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) {
-			if err := settleUsage(tx, r.ID, now); err != nil {
+			if err := usage.Settle(tx, r.ID, now); err != nil {
 				return err
 			}
 		}
@@ -170,21 +140,10 @@ func (g *runGrain) activate() error {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !wasTerminal {
-			g.sys.adm.close(r.Tenant.Org, runKind) // counted live at start
+			g.N.Limits.Close(r.Tenant.Org, limits.Runs) // counted live at start
 		}
 		g.run = r
 		return nil
-	})
-}
-
-// scanOps calls fn on the run's operations after seq, in order.
-func scanOps(tx persistence.Tx, runID string, after int64, fn func(*persistence.Operation) error) error {
-	return tx.Scan(persistence.Ops, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
-		op := new(persistence.Operation)
-		if err := persistence.Decode(raw, op); err != nil {
-			return false, err
-		}
-		return true, fn(op)
 	})
 }
 
@@ -194,15 +153,15 @@ func scanOps(tx persistence.Tx, runID string, after int64, fn func(*persistence.
 // The fence and next seq_id are the run's small Head record, so that the
 // check reads a few bytes rather than decoding the run, and the run record
 // is rewritten only when fn changed something else in it.
-func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) error {
+func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) error {
 	var next *persistence.Run
-	err := g.headTx(func(tx persistence.Tx) (int64, error) {
+	err := g.HeadTx(func(tx persistence.Tx) (int64, error) {
 		r := *g.run
 		if err := fn(tx, &r); err != nil {
 			return 0, err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
-			if err := settleUsage(tx, r.ID, g.sys.now()); err != nil {
+			if err := usage.Settle(tx, r.ID, g.N.Now()); err != nil {
 				return 0, err
 			}
 		}
@@ -210,12 +169,12 @@ func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) e
 		if r.SameRecord(g.run) {
 			return r.NextSeqID, nil
 		}
-		r.UpdatedAt = g.sys.now()
+		r.UpdatedAt = g.N.Now()
 		return r.NextSeqID, tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
 		if states.Terminal(states.RunMoves, next.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
-			g.sys.adm.close(next.Tenant.Org, runKind)
+			g.N.Limits.Close(next.Tenant.Org, limits.Runs)
 		}
 		g.run = next
 	}
@@ -223,10 +182,10 @@ func (g *runGrain) write(fn func(tx persistence.Tx, r *persistence.Run) error) e
 }
 
 // busy reports whether the run has work queued or executing.
-func (g *runGrain) busy() bool { return g.executing != 0 || len(g.queue) > 0 }
+func (g *Grain) busy() bool { return g.executing != 0 || len(g.queue) > 0 }
 
-// depth is the number of the run's operations queued or executing.
-func (g *runGrain) depth() int {
+// Depth is the number of the run's operations queued or executing.
+func (g *Grain) Depth() int {
 	if g.executing != 0 {
 		return len(g.queue) + 1
 	}
@@ -236,38 +195,35 @@ func (g *runGrain) depth() int {
 // accepting refuses new operations on a run that takes none.
 func accepting(r *persistence.Run) error {
 	if r.Status != states.RunCreated && r.Status != states.RunRunning {
-		return refuse(CodeRunNotAccepting, "run %s is %s and accepts no operations", r.ID, r.Status)
+		return protocol.Refuse(protocol.CodeRunNotAccepting, "run %s is %s and accepts no operations", r.ID, r.Status)
 	}
 	return nil
 }
 
-func (g *runGrain) submit(_ actor.Context, in grain.In) (any, error) { return g.admit(in, g) }
+func (g *Grain) submit(_ actor.Context, in grain.In) (any, error) { return g.Admit(in, g) }
 
-// What the run gives admit.
-func (g *runGrain) owner() persistence.Tenant { return g.run.Tenant }
-func (g *runGrain) nextSeq() int64            { return g.run.NextSeqID }
-func (g *runGrain) takes() error              { return accepting(g.run) }
+// What the run gives oplog.Admit.
+func (g *Grain) Tenant() persistence.Tenant { return g.run.Tenant }
+func (g *Grain) NextSeq() int64             { return g.run.NextSeqID }
+func (g *Grain) Takes() error               { return accepting(g.run) }
 
-func (g *runGrain) rules() (*submitRules, error) {
+func (g *Grain) Rules() (*oplog.Rules, error) {
 	if g.admitRules != nil {
 		return g.admitRules, nil
 	}
-	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
+	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.run.Tenant, g.run.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	m, _ := g.sys.cfg.Registry.Catalog().Lookup(g.run.BaseModel)
-	g.admitRules = &submitRules{what: "run", scope: executor.OnRun, offered: g.sys.cfg.Registry.Row(prices.provider).Operations, model: m.Config, run: g.run}
+	m, _ := g.N.Registry.Catalog().Lookup(g.run.BaseModel)
+	g.admitRules = &oplog.Rules{What: "run", Scope: executor.OnRun, Offered: g.N.Registry.Row(prices.Provider).Operations, Model: m.Config, Run: g.run}
 	return g.admitRules, nil
 }
 
-// accept writes an admitted operation, keeping its parsed payload near the
+// Accept writes an admitted operation, keeping its parsed payload near the
 // head of the queue for its job.
-func (g *runGrain) accept(sub *Submission, key []byte, p payload.Parsed) (*persistence.Operation, error) {
-	// The parse is kept for an operation near the head of the queue only:
-	// deeper ones are parsed again when they start, so a long queue of
-	// large batches does not hold them all in memory.
-	if len(g.queue) < parsedKeep {
+func (g *Grain) Accept(sub *protocol.Submission, key []byte, p payload.Parsed) (*persistence.Operation, error) {
+	if len(g.queue) < oplog.ParsedKeep {
 		g.parsed[sub.SeqID] = p
 	}
 	op, err := g.acceptOp(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
@@ -279,9 +235,6 @@ func (g *runGrain) accept(sub *Submission, key []byte, p payload.Parsed) (*persi
 	return op, nil
 }
 
-// parsedKeep is how many queued operations keep their parsed payload.
-const parsedKeep = 4
-
 // leaseWriteEvery is the least extension an accepted operation writes to
 // its session's lease: a lease is minutes long, and rewriting the session
 // record on every submission of a busy run would cost a write per operation
@@ -291,14 +244,14 @@ const leaseWriteEvery = time.Second
 // acceptOp writes a new operation at the run's next seq_id, with its
 // idempotency entry, and renews the session's lease (an operation is
 // activity). Nothing is acknowledged before this is on disk.
-func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
+func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
 	var op *persistence.Operation
 	var next advanced
 	// With nothing queued or executing, the operation goes to the executor
 	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
-		now := g.sys.now()
+		now := g.N.Now()
 		if kind != payload.Cancel {
 			l, ok, err := g.lease.Get(tx, persistence.Leases, []byte(r.SessionID))
 			if err == nil && !ok {
@@ -310,7 +263,7 @@ func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMe
 			// Work queued or executing keeps the lease alive (busy): a client
 			// that submitted a long queue and polls does not lose it.
 			if l.Revoked || !l.Live(now) && !g.busy() {
-				return refuse(CodeSessionNotReady, "session %s has ended or its lease expired (lease until %s)", r.SessionID, l.ExpiresAt.Format(time.RFC3339))
+				return protocol.Refuse(protocol.CodeSessionNotReady, "session %s has ended or its lease expired (lease until %s)", r.SessionID, l.ExpiresAt.Format(time.RFC3339))
 			}
 			if l.Renew(now, leaseWriteEvery) {
 				if err := g.lease.Put(tx, persistence.Leases, []byte(r.SessionID), l); err != nil {
@@ -319,7 +272,7 @@ func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMe
 			}
 		}
 		op = &persistence.Operation{
-			ID: NewID(OperationPrefix), SessionID: r.SessionID, RunID: r.ID, SeqID: r.NextSeqID,
+			ID: protocol.NewID(protocol.OperationPrefix), SessionID: r.SessionID, RunID: r.ID, SeqID: r.NextSeqID,
 			Kind: kind, Status: states.OpPending, CreatedAt: now, UpdatedAt: now,
 			IdempotencyKey: key, RequestHash: hash, Payload: body,
 		}
@@ -338,7 +291,7 @@ func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMe
 		if err != nil {
 			return err
 		}
-		if err := g.putAccepted(tx, op, idem); err != nil {
+		if err := g.PutAccepted(tx, op, idem); err != nil {
 			return err
 		}
 		next = advanced{}
@@ -351,19 +304,12 @@ func (g *runGrain) acceptOp(idem []byte, kind, key, hash string, body json.RawMe
 	if err != nil {
 		return nil, err
 	}
-	g.sys.cfg.Metrics.Accepted(kind)
+	g.N.Metrics.Accepted(kind)
 	g.queue = append(g.queue, op.SeqID)
 	if idle {
 		g.started(next)
 	}
 	return op, nil
-}
-
-// handle is the operation as a caller sees it (its payload stays stored).
-func handle(op *persistence.Operation, created bool) *Accepted {
-	c := *op
-	c.Payload = nil
-	return &Accepted{Op: c, Created: created}
 }
 
 // controlKey keys a finish or cancel request's request_id: a byte after the
@@ -374,29 +320,29 @@ func controlKey(runID, kind, requestID string) []byte {
 
 // control accepts a finish or cancel operation while the run's status is
 // one of allowed; a repeat of its request_id returns the first one.
-func (g *runGrain) control(req *Control, kind string, allowed ...string) (*Accepted, error) {
+func (g *Grain) control(req *protocol.Control, kind string, allowed ...string) (*protocol.Accepted, error) {
 	if req.Tenant != g.run.Tenant {
-		return nil, notFound("run", g.ID)
+		return nil, protocol.NotFound("run", g.ID)
 	}
 	key := controlKey(g.ID, kind, req.RequestID)
-	if op, err := existingOp(g.sys, g.ID, key); err != nil || op != nil {
+	if op, err := oplog.ExistingOp(g.N.Store, g.ID, key); err != nil || op != nil {
 		if err != nil {
 			return nil, err
 		}
-		return handle(op, false), nil
+		return oplog.Handle(op, false), nil
 	}
 	if !slices.Contains(allowed, g.run.Status) {
-		return nil, refuse(CodeRunNotAccepting, "run %s is %s; %s is not possible", g.ID, g.run.Status, kind)
+		return nil, protocol.Refuse(protocol.CodeRunNotAccepting, "run %s is %s; %s is not possible", g.ID, g.run.Status, kind)
 	}
 	op, err := g.acceptOp(key, kind, "", "", nil)
 	if err != nil {
 		return nil, err
 	}
-	return handle(op, true), nil
+	return oplog.Handle(op, true), nil
 }
 
-func (g *runGrain) finish(_ actor.Context, in grain.In) (any, error) {
-	req, err := grain.Decode[Control](in)
+func (g *Grain) finish(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[protocol.Control](in)
 	if err != nil {
 		return nil, err
 	}
@@ -407,21 +353,21 @@ func (g *runGrain) finish(_ actor.Context, in grain.In) (any, error) {
 	return acc, err
 }
 
-func (g *runGrain) cancel(_ actor.Context, in grain.In) (any, error) {
-	req, err := grain.Decode[Control](in)
+func (g *Grain) cancel(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[protocol.Control](in)
 	if err != nil {
 		return nil, err
 	}
 	acc, err := g.control(req, payload.Cancel, states.RunCreated, states.RunRunning, states.RunFinishing)
 	if err == nil && acc.Created {
-		g.stopWork(CodeCancelled, "the run was cancelled")
+		g.stopWork(protocol.CodeCancelled, "the run was cancelled")
 	}
 	return acc, err
 }
 
 // end is the session ending the run (session close or lease expiry).
-func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
-	req, err := grain.Decode[runEnd](in)
+func (g *Grain) end(_ actor.Context, in grain.In) (any, error) {
+	req, err := grain.Decode[protocol.RunEnd](in)
 	if err != nil {
 		return nil, err
 	}
@@ -429,9 +375,9 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 		return struct{}{}, nil
 	}
 	if req.Status == states.RunCancelled {
-		_, err := g.control(&Control{g.run.Tenant, "session-close"}, payload.Cancel, states.RunCreated, states.RunRunning, states.RunFinishing)
+		_, err := g.control(&protocol.Control{Tenant: g.run.Tenant, RequestID: "session-close"}, payload.Cancel, states.RunCreated, states.RunRunning, states.RunFinishing)
 		if err == nil {
-			g.stopWork(CodeCancelled, "the session was closed")
+			g.stopWork(protocol.CodeCancelled, "the session was closed")
 		}
 		return struct{}{}, err
 	}
@@ -449,20 +395,20 @@ func (g *runGrain) end(_ actor.Context, in grain.In) (any, error) {
 // stopWork cancels every queued operation (a queued cancel or finish
 // included) and the executing one, and completes the run's ending if
 // nothing is executing.
-func (g *runGrain) stopWork(code, msg string) {
+func (g *Grain) stopWork(code, msg string) {
 	var left []int64
-	err := g.sys.store.Update(func(tx persistence.Tx) (err error) {
-		now := g.sys.now()
-		left, err = g.sweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+	err := g.N.Store.Update(func(tx persistence.Tx) (err error) {
+		now := g.N.Now()
+		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
 			if op.Kind == payload.Cancel {
 				return false, true, nil // the cancel itself completes the run's ending
 			}
-			return true, false, settle(op, states.OpCancelled, code, msg, now)
+			return true, false, oplog.Settle(op, states.OpCancelled, code, msg, now)
 		})
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("cancel queued operations", "run", g.ID, "err", err)
+		g.N.Log.Error("cancel queued operations", "run", g.ID, "err", err)
 		return
 	}
 	for _, seq := range g.queue {
@@ -474,8 +420,8 @@ func (g *runGrain) stopWork(code, msg string) {
 	if g.executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.sys.execCancel(executor.JobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.epoch})
-		g.sys.samplingCancel(executor.SamplingRef{ForRun: true, ReplyID: g.ID, SeqID: g.executing})
+		g.N.ExecCancel(executor.JobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.Epoch})
+		g.N.SamplingCancel(executor.SamplingRef{ForRun: true, ReplyID: g.ID, SeqID: g.executing})
 		return
 	}
 	g.kick()
@@ -484,13 +430,13 @@ func (g *runGrain) stopWork(code, msg string) {
 // kick starts the next queued operation if none is executing. An operation
 // at the head goes to the executor after a read; only a finish or cancel
 // there needs a write.
-func (g *runGrain) kick() {
+func (g *Grain) kick() {
 	if g.Err != nil || g.executing != 0 || len(g.queue) == 0 {
 		return
 	}
 	var next advanced
-	err := g.sys.store.View(func(tx persistence.Tx) error {
-		op, err := g.op(tx, g.queue[0])
+	err := g.N.Store.View(func(tx persistence.Tx) error {
+		op, err := g.Op(tx, g.queue[0])
 		if j := g.jobFor(g.run, op); err == nil && j != nil {
 			next = advanced{1, j}
 		}
@@ -506,7 +452,7 @@ func (g *runGrain) kick() {
 		return err
 	})
 	if err != nil {
-		g.sys.log.Error("start operation", "run", g.ID, "seq", g.queue[0], "err", err)
+		g.N.Log.Error("start operation", "run", g.ID, "seq", g.queue[0], "err", err)
 		return
 	}
 	g.started(next)
@@ -528,17 +474,17 @@ type advanced struct {
 // finish without a commit of its own. It reads the grain's queue without
 // changing it (the write may still fail); started applies the outcome once
 // the write is durable.
-func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
-	now := g.sys.now()
+func (g *Grain) advance(tx persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
+	now := g.N.Now()
 	for i, seq := range queue {
-		op, err := g.op(tx, seq)
+		op, err := g.Op(tx, seq)
 		if err != nil {
 			return advanced{}, err
 		}
 		if j := g.jobFor(r, op); j != nil {
 			return advanced{i + 1, j}, nil
 		}
-		if err := settle(op, states.OpSucceeded, "", "", now); err != nil {
+		if err := oplog.Settle(op, states.OpSucceeded, "", "", now); err != nil {
 			return advanced{}, err
 		}
 		if r.Status == states.RunFinishing || r.Status == states.RunCancelRequested {
@@ -550,7 +496,7 @@ func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64)
 				return advanced{}, err
 			}
 		}
-		if err := g.putOp(tx, op); err != nil {
+		if err := g.PutOp(tx, op); err != nil {
 			return advanced{}, err
 		}
 	}
@@ -559,21 +505,21 @@ func (g *runGrain) advance(tx persistence.Tx, r *persistence.Run, queue []int64)
 
 // jobFor is the executor's job for op, nil for a finish or cancel (which
 // the grain completes itself).
-func (g *runGrain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.Job {
+func (g *Grain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.Job {
 	if op.Kind == payload.Finish || op.Kind == payload.Cancel {
 		return nil
 	}
 	return &executor.Job{
-		RunID: r.ID, Tenant: r.Tenant, Epoch: g.epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, Parsed: g.parsed[op.SeqID],
+		RunID: r.ID, Tenant: r.Tenant, Epoch: g.Epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, Parsed: g.parsed[op.SeqID],
 		BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
-		FromCheckpoint: r.CheckpointID != "", SamplerID: samplerID(r.ID), WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
+		FromCheckpoint: r.CheckpointID != "", SamplerID: protocol.SamplerID(r.ID), WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
 	}
 }
 
 // started applies a durable advance: the taken operations leave the queue,
 // the job goes to the executor, and a run that the advance ended is
 // released.
-func (g *runGrain) started(a advanced) {
+func (g *Grain) started(a advanced) {
 	for _, seq := range g.queue[:a.taken] {
 		delete(g.parsed, seq)
 	}
@@ -581,28 +527,28 @@ func (g *runGrain) started(a advanced) {
 	if a.job != nil {
 		a.job.First, g.dispatched = !g.dispatched, true
 		g.executing = a.job.SeqID
-		g.sys.execJob(a.job)
+		g.N.ExecJob(a.job)
 	}
 	g.ended()
 }
 
 // ended releases a terminal run's trainer and tells its session.
-func (g *runGrain) ended() {
+func (g *Grain) ended() {
 	if !states.Terminal(states.RunMoves, g.run.Status) {
 		return
 	}
-	g.sys.execRelease(executor.JobRef{RunID: g.ID, Epoch: g.epoch})
+	g.N.ExecRelease(executor.JobRef{RunID: g.ID, Epoch: g.Epoch})
 	if g.run.SamplerID != "" {
-		g.sys.sampler(g.run.SamplerID).runEnded(weightsUpdate{g.run.LatestWeightVersion})
+		g.N.Sampler(g.run.SamplerID).RunEnded(protocol.WeightsUpdate{Version: g.run.LatestWeightVersion})
 	}
-	g.sys.session(g.run.SessionID).runEnded()
+	g.N.Session(g.run.SessionID).RunEnded()
 }
 
 // snapshotted records a snapshot the executor wrote when it evicted the
 // run's trainer: the next rebuild starts there.
-func (g *runGrain) snapshotted(_ actor.Context, in grain.In) (any, error) {
+func (g *Grain) snapshotted(_ actor.Context, in grain.In) (any, error) {
 	sn, err := grain.Decode[executor.Snapshotted](in)
-	if err != nil || sn.Epoch != g.epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
+	if err != nil || sn.Epoch != g.Epoch || sn.SnapshotSeq <= g.run.SnapshotSeq {
 		return nil, err
 	}
 	return nil, g.write(func(_ persistence.Tx, r *persistence.Run) error {
@@ -612,18 +558,18 @@ func (g *runGrain) snapshotted(_ actor.Context, in grain.In) (any, error) {
 }
 
 // execStarted marks the operation the executor began executing.
-func (g *runGrain) execStarted(_ actor.Context, in grain.In) (any, error) {
-	st, err := startReport(in, g.epoch, g.executing)
+func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
+	st, err := oplog.StartReport(in, g.Epoch, g.executing)
 	if st == nil {
 		return nil, err
 	}
 	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
-		return g.markExecuting(tx, st.SeqID, g.sys.now())
+		return g.MarkExecuting(tx, st.SeqID, g.N.Now())
 	})
 }
 
-func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
-	d, err := outcome(in, g.epoch, g.executing)
+func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
+	d, err := oplog.Outcome(in, g.Epoch, g.executing)
 	if d == nil {
 		return nil, err
 	}
@@ -631,24 +577,24 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 		return nil, g.handOff(d)
 	}
 	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx persistence.Tx, _ *persistence.Run) error { return g.unstart(tx, d.SeqID, g.sys.now()) }); err != nil {
+		if err := g.write(func(tx persistence.Tx, _ *persistence.Run) error { return g.Unstart(tx, d.SeqID, g.N.Now()) }); err != nil {
 			return nil, err
 		}
 		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
 		return nil, nil
 	}
-	prices, err := g.sys.prices(&g.priceList, g.run.Tenant, g.run.SessionID)
+	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.run.Tenant, g.run.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	var next advanced
 	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
-		op, err := g.op(tx, d.SeqID)
+		op, err := g.Op(tx, d.SeqID)
 		if err != nil {
 			return err
 		}
-		now := g.sys.now()
-		if err := endWith(op, d, prices, now, op.Kind != payload.Sample); err != nil { // a run-scoped sample ran on the sampler
+		now := g.N.Now()
+		if err := oplog.EndWith(op, d, prices, now, op.Kind != payload.Sample); err != nil { // a run-scoped sample ran on the sampler
 			return err
 		}
 		if d.SnapshotSeq > 0 {
@@ -664,7 +610,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 			}
 		}
 		if d.Status == states.OpSucceeded {
-			if err := recordOutputs(tx, r, op, d); err != nil {
+			if err := artifacts.RecordOutputs(tx, r, op, d); err != nil {
 				return err
 			}
 			if err := g.recordWeights(tx, r, d.WeightVersion, now); err != nil {
@@ -677,7 +623,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 				return err
 			}
 		}
-		if err := g.putOp(tx, op); err != nil {
+		if err := g.PutOp(tx, op); err != nil {
 			return err
 		}
 		next = advanced{}
@@ -693,10 +639,10 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 	}
 	g.executing = 0
 	if d.WeightVersion > 0 {
-		g.sys.sampler(g.run.SamplerID).weights(weightsUpdate{d.WeightVersion})
+		g.N.Sampler(g.run.SamplerID).Weights(protocol.WeightsUpdate{Version: d.WeightVersion})
 	}
 	if g.run.Status == states.RunPoisoned {
-		g.stopWork(CodePoisoned, "an earlier operation that changes the trainer failed")
+		g.stopWork(protocol.CodePoisoned, "an earlier operation that changes the trainer failed")
 		g.ended()
 		return nil, nil
 	}
@@ -706,7 +652,7 @@ func (g *runGrain) execDone(_ actor.Context, in grain.In) (any, error) {
 
 // recordWeights records a weight version saved for the run's sampler, and
 // creates the sampler the first time (provisioning; it syncs once told).
-func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version int64, now time.Time) error {
+func (g *Grain) recordWeights(tx persistence.Tx, r *persistence.Run, version int64, now time.Time) error {
 	if version <= r.LatestWeightVersion {
 		return nil
 	}
@@ -714,7 +660,7 @@ func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version 
 	if r.SamplerID != "" {
 		return nil
 	}
-	r.SamplerID = samplerID(r.ID)
+	r.SamplerID = protocol.SamplerID(r.ID)
 	sm := persistence.Sampler{ID: r.SamplerID, Tenant: r.Tenant, SessionID: r.SessionID, RunID: r.ID, BaseModel: r.BaseModel,
 		Status: states.SamplerProvisioning, NextSeqID: 1, LastActivityAt: now, CreatedAt: now, UpdatedAt: now}
 	if err := tx.Put(persistence.Samplers, []byte(sm.ID), &sm); err != nil {
@@ -726,35 +672,35 @@ func (g *runGrain) recordWeights(tx persistence.Tx, r *persistence.Run, version 
 // handOff records the weights a run-scoped sample runs at (creating the
 // sampler if needed) and gives the sample to the sampler; the operation
 // stays executing until the sampler reports its outcome here.
-func (g *runGrain) handOff(d *executor.Done) error {
+func (g *Grain) handOff(d *executor.Done) error {
 	var body json.RawMessage
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
-		op, err := g.op(tx, d.SeqID)
+		op, err := g.Op(tx, d.SeqID)
 		if err != nil {
 			return err
 		}
 		body = op.Payload
-		return g.recordWeights(tx, r, d.WeightVersion, g.sys.now())
+		return g.recordWeights(tx, r, d.WeightVersion, g.N.Now())
 	})
 	if err != nil {
 		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
 	}
-	g.sys.sampler(g.run.SamplerID).sampleForRun(runSample{RunEpoch: g.epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	g.N.Sampler(g.run.SamplerID).SampleForRun(protocol.RunSample{RunEpoch: g.Epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
 	return nil
 }
 
-func (g *runGrain) execProgress(_ actor.Context, in grain.In) (any, error) {
+func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {
 	p, err := grain.Decode[executor.Progress](in)
-	if err != nil || p.Epoch != g.epoch || p.SeqID != g.executing {
+	if err != nil || p.Epoch != g.Epoch || p.SeqID != g.executing {
 		return nil, err
 	}
 	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
-		op, err := g.op(tx, p.SeqID)
+		op, err := g.Op(tx, p.SeqID)
 		if err != nil || op.Status != states.OpExecuting {
 			return err
 		}
-		now := g.sys.now()
+		now := g.N.Now()
 		op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = p.Progress, &now, now
-		return g.putOp(tx, op)
+		return g.PutOp(tx, op)
 	})
 }

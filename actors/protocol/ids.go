@@ -1,4 +1,4 @@
-package actors
+package protocol
 
 import (
 	"crypto/rand"
@@ -29,3 +29,10 @@ func NewID(prefix string) string {
 	rand.Read(b[6:])
 	return prefix + hex.EncodeToString(b[:])
 }
+
+// SamplerID is the id of run runID's sampler, derived from the run's (a run
+// has one sampler) so that the trainer can name it before it exists.
+func SamplerID(runID string) string { return SamplerPrefix + runID[len(RunPrefix):] }
+
+// ExportPrefix starts every export id.
+const ExportPrefix = "wte_"

@@ -1,4 +1,4 @@
-package actors
+package protocol
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/actors/limits"
 )
 
 // Error is a refusal with a public error code (see docs/errors.md; the HTTP
@@ -15,7 +16,9 @@ type Error = grain.Error
 // AsError returns err as a public Error: itself, or internal_error.
 var AsError = grain.AsError
 
-// Codes the grains answer with.
+// Codes the grains and the node answer with: every public code has its
+// name here (the runtime's, the executors' and admission control's are
+// named where their rule lives, and listed here too).
 const (
 	CodeNotFound            = "not_found"
 	CodeSeqMismatch         = "seq_id_mismatch"
@@ -31,6 +34,8 @@ const (
 	CodeUnsupported         = "operation_not_supported"
 	CodeInternal            = grain.CodeInternal
 	CodeUnavailable         = grain.CodeUnavailable
+	CodeQueueFull           = limits.CodeQueueFull
+	CodeLimitExceeded       = limits.CodeLimitExceeded
 
 	// Operation and run error codes (not HTTP replies).
 	CodeInterrupted = "interrupted"
@@ -39,18 +44,6 @@ const (
 	CodePoisoned    = "run_poisoned"
 	CodeTimedOut    = "lease_expired"
 )
-
-func refuse(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func notFound(what, id string) *Error {
-	return refuse(CodeNotFound, "%s %s not found", what, id)
-}
-
-// errFenced is a write refused because a newer activation of the grain
-// holds the lease.
-var errFenced = errors.New("grain fenced: a newer activation holds the lease")
 
 // Codes of session and run creation.
 const (
@@ -63,3 +56,33 @@ const (
 	CodeRunNotTerminal         = "run_not_terminal"
 	CodeCheckpointIncompatible = "checkpoint_incompatible"
 )
+
+// Codes of sampler operations.
+const (
+	CodeUnreachable       = "weight_version_unreachable"
+	CodeSamplerNotServing = "sampler_not_accepting"
+	CodeSamplerFailed     = "sampler_failed"
+)
+
+// Codes of artifacts and exports.
+const (
+	// CodeArtifactRetired refuses links to an artifact whose files are gone.
+	CodeArtifactRetired = "artifact_retired"
+	CodeNotEligible     = "export_not_eligible"
+	CodeTokenRefused    = "token_not_accepted"
+)
+
+// Refuse is a refusal with code and a formatted message.
+func Refuse(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// NotFound is the refusal of a record that is not there, or is another
+// tenant's (ids leak nothing).
+func NotFound(what, id string) *Error {
+	return Refuse(CodeNotFound, "%s %s not found", what, id)
+}
+
+// ErrFenced is a write refused because a newer activation of the grain
+// holds the lease.
+var ErrFenced = errors.New("grain fenced: a newer activation holds the lease")

@@ -1,4 +1,8 @@
-package actors
+// Package usage meters what a run's and a sampler's operations use, at the
+// prices of their session's billing snapshot, and settles and sums it: the
+// usage components each operation records with its outcome, a session's
+// list of them, and its cost.
+package usage
 
 import (
 	"encoding/json"
@@ -6,25 +10,26 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/actors/executor"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
 )
 
-// priceList is the provider and billing snapshot of a run's session: the
+// Prices is the provider and billing snapshot of a run's session: the
 // prices the session was created under, whatever the list says now.
-type priceList struct {
-	provider string
-	billing  providers.Billing
+type Prices struct {
+	Provider string
+	Billing  providers.Billing
 }
 
-// prices reads a session's price list into *cached the first time (once
-// per grain activation: the snapshot is immutable).
-func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID string) (*priceList, error) {
+// PricesOf reads the price list of tenant t's session into *cached the
+// first time (once per grain activation: the snapshot is immutable).
+func PricesOf(st persistence.Store, cached **Prices, t persistence.Tenant, sessionID string) (*Prices, error) {
 	if *cached != nil {
 		return *cached, nil
 	}
-	ss, err := s.GetSession(t, sessionID)
+	ss, err := session(st, t, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -34,33 +39,47 @@ func (s *System) prices(cached **priceList, t persistence.Tenant, sessionID stri
 	if err := json.Unmarshal(ss.CapabilitySnapshot, &capability); err != nil {
 		return nil, fmt.Errorf("session %s billing snapshot: %w", ss.ID, err)
 	}
-	*cached = &priceList{ss.Provider, capability.Billing}
+	*cached = &Prices{ss.Provider, capability.Billing}
 	return *cached, nil
 }
 
-// recordUsage sets the usage components of an executed operation. trainer
+// session reads tenant t's session id.
+func session(st persistence.Store, t persistence.Tenant, id string) (*persistence.Session, error) {
+	ss := new(persistence.Session)
+	var ok bool
+	err := st.View(func(tx persistence.Tx) (err error) {
+		ok, err = tx.Get(persistence.Sessions, []byte(id), ss)
+		return err
+	})
+	if err == nil && (!ok || ss.Tenant != t) {
+		err = protocol.NotFound("session", id)
+	}
+	return ss, err
+}
+
+// Record sets the usage components of an executed operation. trainer
 // says it ran on the run's trainer, whose device time provider_a bills at
 // the trainer's release; a sampler's settles when observed.
-func recordUsage(op *persistence.Operation, d *executor.Done, p *priceList, now time.Time, trainer bool) {
+func Record(op *persistence.Operation, d *executor.Done, p *Prices, now time.Time, trainer bool) {
 	op.Usage = nil
 	for _, rd := range providers.Meter(executor.KindOf(op.Kind).Meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		status, settledAt := providers.Settled, &now
-		if trainer && providers.SettlesAtRelease(p.provider, rd.Meter) {
+		if trainer && providers.SettlesAtRelease(p.Provider, rd.Meter) {
 			status, settledAt = providers.Pending, nil
 		}
 		u := persistence.Usage{
-			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.billing.Units[rd.Meter],
-			CostMicroUSD: p.billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: status, SettledAt: settledAt, ObservedAt: now,
+			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.Billing.Units[rd.Meter],
+			CostMicroUSD: p.Billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: status, SettledAt: settledAt, ObservedAt: now,
 		}
 		op.Usage = append(op.Usage, u)
 	}
 }
 
-// settleUsage settles a run's pending components: it ran in a write that
-// ended the run, so its trainer is released and the provider has billed it.
-func settleUsage(tx persistence.Tx, runID string, now time.Time) error {
+// Settle settles a run's pending components, in the write that ends the
+// run: its trainer is released and the provider has billed it.
+func Settle(tx persistence.Tx, runID string, now time.Time) error {
 	var settled []*persistence.Operation
-	err := scanOps(tx, runID, 0, func(op *persistence.Operation) error {
+	err := persistence.ScanOps(tx, runID, 0, func(op *persistence.Operation) error {
 		pending := false
 		for i := range op.Usage {
 			if u := &op.Usage[i]; u.SettlementStatus == providers.Pending {
@@ -86,9 +105,9 @@ func settleUsage(tx persistence.Tx, runID string, now time.Time) error {
 	return nil
 }
 
-// Usage lists a session's usage components in operation order.
-func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Usage, error) {
-	ss, err := s.GetSession(t, sessionID)
+// List lists a session's usage components in operation order.
+func List(st persistence.Store, t persistence.Tenant, sessionID string) ([]persistence.Usage, error) {
+	ss, err := session(st, t, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +115,7 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 	if ss.RunID == "" {
 		return items, nil
 	}
-	err = s.store.View(func(tx persistence.Tx) error {
+	err = st.View(func(tx persistence.Tx) error {
 		list := func(op *persistence.Operation) error {
 			for _, u := range op.Usage {
 				u.SessionID, u.RunID, u.OperationID, u.Provider = op.SessionID, op.RunID, op.ID, ss.Provider
@@ -104,10 +123,10 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 			}
 			return nil
 		}
-		if err := scanOps(tx, ss.RunID, 0, list); err != nil {
+		if err := persistence.ScanOps(tx, ss.RunID, 0, list); err != nil {
 			return err
 		}
-		return scanOps(tx, samplerID(ss.RunID), 0, list) // its sampler's, if it has one
+		return persistence.ScanOps(tx, protocol.SamplerID(ss.RunID), 0, list) // its sampler's, if it has one
 	})
 	return items, err
 }
@@ -128,10 +147,10 @@ type Cost struct {
 	Components           []persistence.Usage `json:"components"`
 }
 
-// Cost sums a session's usage: a total once every component is settled,
+// CostOf sums a session's usage: a total once every component is settled,
 // CostPending before.
-func (s *System) Cost(t persistence.Tenant, sessionID string) (*Cost, error) {
-	items, err := s.Usage(t, sessionID)
+func CostOf(st persistence.Store, t persistence.Tenant, sessionID string) (*Cost, error) {
+	items, err := List(st, t, sessionID)
 	if err != nil {
 		return nil, err
 	}

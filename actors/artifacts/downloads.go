@@ -1,4 +1,4 @@
-package actors
+package artifacts
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/wts-project/wts/actors/executor"
+	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
@@ -16,30 +17,21 @@ import (
 	"github.com/wts-project/wts/persistence"
 )
 
-// Download formats of an artifact.
-const (
-	FormatPEFT   = "peft"   // the artifact's own files
-	FormatMerged = "merged" // the base model with the adapter folded in, an HF model folder
-)
-
-// CodeArtifactRetired refuses links to an artifact whose files are gone.
-const CodeArtifactRetired = "artifact_retired"
-
 // manifestFile records a merged folder's files; it is the service's own and
 // is not offered for download.
 const manifestFile = "wts-manifest.json"
 
 // Downloadable lists the files of tenant t's artifact in format, to sign
 // links to.
-func (s *System) Downloadable(t persistence.Tenant, artifactID, format string) (*persistence.Artifact, []persistence.ArtifactFile, error) {
-	a, err := s.GetArtifact(t, artifactID)
+func Downloadable(n *protocol.Node, t persistence.Tenant, artifactID, format string) (*persistence.Artifact, []persistence.ArtifactFile, error) {
+	a, err := GetArtifact(n.Store, t, artifactID)
 	if err != nil {
 		return nil, nil, err
 	}
 	if a.Status != states.Available {
-		return nil, nil, refuse(CodeArtifactRetired, "artifact %s was retired with its run %s", a.ID, a.RunID)
+		return nil, nil, protocol.Refuse(protocol.CodeArtifactRetired, "artifact %s was retired with its run %s", a.ID, a.RunID)
 	}
-	files, _, err := s.files(a, format)
+	files, _, err := filesOf(n, a, format)
 	return a, files, err
 }
 
@@ -47,35 +39,35 @@ func (s *System) Downloadable(t persistence.Tenant, artifactID, format string) (
 // link (whose signature already shows the holder may have it). Only names in
 // the format's manifest are served, so no path from the link reaches the file
 // system.
-func (s *System) FilePath(artifactID, format, name string) (string, error) {
-	a, err := s.artifact(artifactID)
+func FilePath(n *protocol.Node, artifactID, format, name string) (string, error) {
+	a, err := Artifact(n.Store, artifactID)
 	if err != nil {
 		return "", err
 	}
 	if a == nil || a.Status != states.Available {
-		return "", notFound("artifact", artifactID)
+		return "", protocol.NotFound("artifact", artifactID)
 	}
-	files, dir, err := s.files(a, format)
+	files, dir, err := filesOf(n, a, format)
 	if err != nil {
 		return "", err
 	}
 	if !slices.ContainsFunc(files, func(f persistence.ArtifactFile) bool { return f.Path == name }) {
-		return "", notFound("file", name)
+		return "", protocol.NotFound("file", name)
 	}
 	return filepath.Join(dir, name), nil
 }
 
-// files is the manifest of an artifact in format and the folder it lists.
-func (s *System) files(a *persistence.Artifact, format string) ([]persistence.ArtifactFile, string, error) {
+// filesOf is the manifest of an artifact in format and the folder it lists.
+func filesOf(n *protocol.Node, a *persistence.Artifact, format string) ([]persistence.ArtifactFile, string, error) {
 	switch format {
-	case FormatPEFT:
-		return a.Files, s.volume.ArtifactDir(a.RunID, a.ID), nil
-	case FormatMerged:
-		dir := s.volume.MergedDir(a.RunID, a.ID)
-		files, err := s.merged(a, dir)
+	case protocol.FormatPEFT:
+		return a.Files, n.Volume.ArtifactDir(a.RunID, a.ID), nil
+	case protocol.FormatMerged:
+		dir := n.Volume.MergedDir(a.RunID, a.ID)
+		files, err := merged(n, a, dir)
 		return files, dir, err
 	}
-	return nil, "", refuse(CodeValidation, "format: must be %s or %s", FormatPEFT, FormatMerged)
+	return nil, "", protocol.Refuse(protocol.CodeValidation, "format: must be %s or %s", protocol.FormatPEFT, protocol.FormatMerged)
 }
 
 // merged returns the manifest of the artifact's merged model folder,
@@ -83,33 +75,33 @@ func (s *System) files(a *persistence.Artifact, format string) ([]persistence.Ar
 // tensor-heavy (a whole base model in memory, twice) so it runs on the
 // trainer's executor, in the artifact owner's turn, with its memory taken
 // from the node's budget; the request waits for it.
-func (s *System) merged(a *persistence.Artifact, dir string) ([]persistence.ArtifactFile, error) {
+func merged(n *protocol.Node, a *persistence.Artifact, dir string) ([]persistence.ArtifactFile, error) {
 	if files, ok, err := readManifest(dir); ok || err != nil {
 		return files, err
 	}
 	var run persistence.Run
-	if err := s.store.View(func(tx persistence.Tx) error {
+	if err := n.Store.View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Runs, []byte(a.RunID), &run)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	entry, ok := s.cfg.Registry.Catalog().Lookup(run.BaseModel)
+	entry, ok := n.Registry.Catalog().Lookup(run.BaseModel)
 	if !ok {
-		return nil, refuse(CodeModelUnavailable, "base model %s of artifact %s is no longer in the catalog", run.BaseModel, a.ID)
+		return nil, protocol.Refuse(protocol.CodeModelUnavailable, "base model %s of artifact %s is no longer in the catalog", run.BaseModel, a.ID)
 	}
 	need := executor.MergeBytes(entry.Config)
-	if err := s.mem.Fits("merging the artifact into its base model", need); err != nil {
+	if err := n.Memory.Fits("merging the artifact into its base model", need); err != nil {
 		return nil, err
 	}
 	var files []persistence.ArtifactFile
-	err := s.exec.WithMemory(a.Tenant.Org, "merge/"+a.ID, need, func() error {
+	err := n.Trainer.WithMemory(a.Tenant.Org, "merge/"+a.ID, need, func() error {
 		var ok bool
 		var err error
 		if files, ok, err = readManifest(dir); ok || err != nil {
 			return err // an earlier request built it meanwhile
 		}
-		files, err = mergeInto(dir, entry.Dir, s.volume.ArtifactDir(a.RunID, a.ID))
+		files, err = mergeInto(dir, entry.Dir, n.Volume.ArtifactDir(a.RunID, a.ID))
 		if err != nil {
 			return fmt.Errorf("merge artifact %s: %w", a.ID, err)
 		}

@@ -1,0 +1,48 @@
+package persistence
+
+import "fmt"
+
+// The store's shared query shapes: what more than one grain (or the node's
+// reads) does with its records.
+
+// ScanOps calls fn on the operations of owner (a run or a sampler) after
+// seq after, in seq order.
+func ScanOps(tx Tx, owner string, after int64, fn func(*Operation) error) error {
+	return tx.Scan(Ops, []byte(owner), SeqKey(owner, after), func(_, raw []byte) (bool, error) {
+		op := new(Operation)
+		if err := Decode(raw, op); err != nil {
+			return false, err
+		}
+		return true, fn(op)
+	})
+}
+
+// Once stores fresh (whose id is id) in bucket b the first time the
+// request key is seen, and later reads back what that first time stored; it
+// says whether this call stored it (or, with an error, tried to). admit,
+// when set, may refuse a new record before anything is written (a limit).
+func Once[T any](tx Tx, key []byte, b Bucket, id string, fresh *T, admit func() error) (*T, bool, error) {
+	var prev string
+	if ok, err := tx.Get(Requests, key, &prev); err != nil || ok {
+		if err != nil {
+			return nil, false, err
+		}
+		v := new(T)
+		_, err := tx.Get(b, []byte(prev), v)
+		return v, false, err
+	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := tx.Put(Requests, key, id); err != nil {
+		return nil, true, err
+	}
+	return fresh, true, tx.Put(b, []byte(id), fresh)
+}
+
+// RequestKey is the request_id index key of a creation in a scope.
+func RequestKey(t Tenant, scope, requestID string) []byte {
+	return fmt.Appendf(nil, "%s\x00%t\x00%s\x00%s", t.Org, t.Live, scope, requestID)
+}
