@@ -13,8 +13,8 @@ build:
 test: vet lint-openapi hub-client
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
-	$(GO) test -race -count=1 ./actors/ ./persistence/
-	WTS_WIRE=1 $(GO) test -count=1 ./actors/ ./http/
+	$(GO) test -race -count=1 ./actors/... ./persistence/
+	WTS_WIRE=1 $(GO) test -count=1 ./actors/... ./http/
 
 vet:
 	$(GO) vet ./...

@@ -194,6 +194,20 @@ const reportWait = 10 * time.Second
 // Store is the node's store (the HTTP layer reads keys from it).
 func (s *System) Store() persistence.Store { return s.n.Store }
 
+// Node is what the node's grains share: its store, router, reminders and
+// executors (tests drive reminders and executors through it).
+func (s *System) Node() *protocol.Node { return s.n }
+
+// Grains counts the grains in memory on the node, by kind (operators see
+// it at GET /admin/node; passivation empties it).
+func (s *System) Grains() map[string]int {
+	out := map[string]int{}
+	for _, k := range []string{protocol.SessionKind, protocol.RunKind, protocol.SamplerKind} {
+		out[k] = int(s.cluster.GetClusterKind(k).Count())
+	}
+	return out
+}
+
 // Telemetry is the node's Prometheus collectors.
 func (s *System) Telemetry() *telemetry.Metrics { return s.cfg.Metrics }
 

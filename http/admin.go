@@ -47,9 +47,11 @@ type CredentialReply struct {
 	ID string `json:"id"`
 }
 
-// NodeReply describes the node: its devices and their capacity.
+// NodeReply describes the node: its devices and their capacity, and the
+// grains it holds in memory by kind.
 type NodeReply struct {
 	Devices []actors.Device `json:"devices"`
+	Grains  map[string]int  `json:"grains"`
 }
 
 // ServeAdmin answers POST /admin/keys, POST /admin/credentials and GET
@@ -58,7 +60,7 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 	srv := &fasthttp.Server{Name: "wts-admin", ReadTimeout: 10 * time.Second, Handler: func(ctx *fasthttp.RequestCtx) {
 		switch path := string(ctx.Path()); {
 		case ctx.IsGet() && path == "/admin/node":
-			write(ctx, fasthttp.StatusOK, NodeReply{Devices: sys.Devices()})
+			write(ctx, fasthttp.StatusOK, NodeReply{Devices: sys.Devices(), Grains: sys.Grains()})
 			return
 		case !ctx.IsPost():
 		case path == "/admin/keys":

@@ -320,8 +320,8 @@ func credentialsKeyFlag(fs *flag.FlagSet) *string {
 	return fs.String("credentials-key", "", "file of the 32-byte key that seals hub credentials (AES-256-GCM; default: DATA/secrets/credentials.key, made on first start)")
 }
 
-// nodeCmd prints a running node's devices and their capacity, as its admin
-// socket reports them.
+// nodeCmd prints a running node's devices and their capacity, and its
+// grains in memory, as its admin socket reports them.
 func nodeCmd(args []string) error {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	data := fs.String("data", "./data", "data folder of the running node")

@@ -1,0 +1,258 @@
+package run_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/executor"
+	"github.com/wts-project/wts/actors/nodetest"
+	"github.com/wts-project/wts/actors/oplog"
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/persistence"
+)
+
+// A run's trainer survives a restart: the trainer rebuilt from a snapshot
+// and the replayed operations gives the same losses as one that never
+// stopped.
+func TestTrainingSurvivesRestart(t *testing.T) {
+	reg := nodetest.Registry(t)
+	steps := func(s *actors.System, run string, from, to int64) []float64 {
+		var out []float64
+		for seq := from; seq < to; seq += 2 {
+			out = append(out, nodetest.Loss(t, nodetest.Submit(t, s, run, seq, "forward_backward", nodetest.Batch(int(seq)))))
+			nodetest.Submit(t, s, run, seq+1, "optim_step", json.RawMessage(`{"adam_params":{"learning_rate":0.01}}`))
+		}
+		return out
+	}
+	ref := nodetest.Start(t, reg, t.TempDir())
+	_, rr := nodetest.NewRun(t, ref)
+	want := steps(ref, rr.ID, 1, 13)
+	ref.Stop(context.Background())
+
+	for _, every := range []time.Duration{time.Hour, time.Nanosecond} {
+		data := t.TempDir()
+		s := nodetest.StartWith(t, actors.Config{DataDir: data, Registry: reg, SnapshotEvery: every})
+		_, run := nodetest.NewRun(t, s)
+		got := steps(s, run.ID, 1, 7)
+		s.Stop(context.Background())
+		s = nodetest.StartWith(t, actors.Config{DataDir: data, Registry: reg, SnapshotEvery: every})
+		got = append(got, steps(s, run.ID, 7, 13)...)
+		r, _ := s.GetRun(nodetest.Tenant, run.ID)
+		if every == time.Nanosecond && r.SnapshotSeq == 0 {
+			t.Errorf("no snapshot recorded")
+		}
+		s.Stop(context.Background())
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("snapshot every %v: step %d loss %v, uninterrupted %v", every, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestSeqAndIdempotency(t *testing.T) {
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	sub := protocol.Submission{Tenant: nodetest.Tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "a", RequestHash: "x", Kind: "forward", Payload: nodetest.Batch(1)}
+	var e *protocol.Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeSeqMismatch {
+		t.Fatalf("seq 2 first: %v", err)
+	}
+	sub.SeqID = 1
+	a, err := s.Submit(sub)
+	if err != nil || !a.Created {
+		t.Fatal(err)
+	}
+	b, err := s.Submit(sub)
+	if err != nil || b.Created || b.Op.ID != a.Op.ID {
+		t.Fatalf("repeat: %v %+v", err, b)
+	}
+	sub.RequestHash = "y"
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeIdempotencyConflict {
+		t.Fatalf("other hash: %v", err)
+	}
+	if _, err := s.GetRun(persistence.Tenant{Org: "other"}, run.ID); !errors.As(err, &e) || e.Code != protocol.CodeNotFound {
+		t.Fatalf("other nodetest.Tenant: %v", err)
+	}
+}
+
+// The bytes a run's grain holds for its queued operations are counted while
+// they are queued and given back as they end.
+func TestQueuedBytesAccounted(t *testing.T) {
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	var ids []string
+	peak := int64(0)
+	for seq := int64(1); seq <= 8; seq++ {
+		acc, err := s.Submit(protocol.Submission{Tenant: nodetest.Tenant, Target: run.ID, SeqID: seq, IdempotencyKey: fmt.Sprint("q", seq), RequestHash: "h", Kind: "forward_backward", Payload: nodetest.Batch(int(seq))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, acc.Op.ID)
+		peak = max(peak, s.Node().Limits.Queued().Bytes)
+	}
+	for _, id := range ids {
+		nodetest.Wait(t, s, id)
+	}
+	if peak <= 0 {
+		t.Fatal("queued operations held no bytes")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for q := s.Node().Limits.Queued(); q.Ops != 0 || q.Bytes != 0; q = s.Node().Limits.Queued() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after every operation ended: %d queued, %d bytes", q.Ops, q.Bytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// markExecutingOnDisk rewrites a stopped node's operation as the node leaves one
+// it dies under: executing, after attempts crashes.
+func markExecutingOnDisk(t *testing.T, data, run string, seq, attempts int64) {
+	t.Helper()
+	st, err := persistence.Open(filepath.Join(data, "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.Update(func(tx persistence.Tx) error {
+		var op persistence.Operation
+		if _, err := tx.Get(persistence.Ops, persistence.SeqKey(run, seq), &op); err != nil {
+			return err
+		}
+		op.Status, op.Result, op.ErrorCode, op.ErrorMessage, op.Usage, op.Attempts = states.OpExecuting, nil, nil, nil, nil, attempts
+		return tx.Put(persistence.Ops, persistence.SeqKey(run, seq), &op)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An operation found executing at start goes back to the queue and runs
+// again, with the result a node that never stopped gives; one the node
+// died under for the third time fails interrupted instead, and, since it
+// changes the trainer, so does its run.
+func TestExecutingAtStartRunsAgain(t *testing.T) {
+	reg := nodetest.Registry(t)
+	data := t.TempDir()
+	s := nodetest.Start(t, reg, data)
+	_, run := nodetest.NewRun(t, s)
+	first := nodetest.Loss(t, nodetest.Submit(t, s, run.ID, 1, "forward_backward", nodetest.Batch(1)))
+	s.Stop(context.Background())
+
+	markExecutingOnDisk(t, data, run.ID, 1, 1)
+	s = nodetest.Start(t, reg, data)
+	op := nodetest.Wait(t, s, nodetest.OpID(t, s, run.ID, 1))
+	if nodetest.Loss(t, op) != first || op.Attempts != 2 {
+		t.Fatalf("re-run: loss %v (first %v), attempts %d", nodetest.Loss(t, op), first, op.Attempts)
+	}
+	s.Stop(context.Background())
+
+	markExecutingOnDisk(t, data, run.ID, 1, oplog.MaxAttempts-1)
+	s = nodetest.Start(t, reg, data)
+	defer s.Stop(context.Background())
+	op = nodetest.Wait(t, s, nodetest.OpID(t, s, run.ID, 1))
+	if op.Status != states.OpFailed || *op.ErrorCode != protocol.CodeInterrupted || !strings.Contains(*op.ErrorMessage, fmt.Sprint(oplog.MaxAttempts)) {
+		t.Fatalf("third crash: %s %v %v", op.Status, op.ErrorCode, op.ErrorMessage)
+	}
+	if r, _ := s.GetRun(nodetest.Tenant, run.ID); r.Status != states.RunInterrupted {
+		t.Fatalf("run %s", r.Status)
+	}
+}
+
+// A panic while executing an operation fails that operation alone with
+// internal_error: the node, the other runs and the same run's next
+// operations go on.
+func TestPanicFailsOneOperation(t *testing.T) {
+	executor.FaultHook = func(j *executor.Job) {
+		if j.Kind == "forward" && j.SeqID == 2 {
+			panic("injected fault")
+		}
+	}
+	defer func() { executor.FaultHook = func(*executor.Job) {} }()
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	nodetest.Loss(t, nodetest.Submit(t, s, run.ID, 1, "forward_backward", nodetest.Batch(1)))
+	bad := nodetest.Submit(t, s, run.ID, 2, "forward", nodetest.Batch(2))
+	if bad.Status != states.OpFailed || *bad.ErrorCode != protocol.CodeInternal || !strings.Contains(*bad.ErrorMessage, "injected fault") {
+		t.Fatalf("the panicking operation: %s %v %v", bad.Status, bad.ErrorCode, bad.ErrorMessage)
+	}
+	nodetest.Loss(t, nodetest.Submit(t, s, run.ID, 3, "forward", nodetest.Batch(3)))
+	if r, _ := s.GetRun(nodetest.Tenant, run.ID); r.Status != states.RunRunning {
+		t.Fatalf("run %s after a failed forward", r.Status)
+	}
+}
+
+// fencedCount reads the node's wts_executor_fenced_total for executor.
+func fencedCount(t *testing.T, s *actors.System, executor string) float64 {
+	t.Helper()
+	fams, err := s.Telemetry().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "wts_executor_fenced_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "executor" && l.GetValue() == executor {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// The trainer's executor refuses a job from an activation older than the
+// run's current one: a replaced activation cannot run work on a trainer
+// state it no longer holds. The run's own work goes on.
+func TestExecutorRefusesStaleEpoch(t *testing.T) {
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	nodetest.Submit(t, s, run.ID, 1, payload.ForwardBackward, nodetest.Batch(1))
+	var h persistence.Head
+	if err := s.Node().Store.View(func(tx persistence.Tx) error {
+		_, err := tx.Get(persistence.Heads, []byte(run.ID), &h)
+		return err
+	}); err != nil || h.Epoch < 1 {
+		t.Fatal(err, h)
+	}
+
+	var mu sync.Mutex
+	var ran []*executor.Job
+	executor.FaultHook = func(j *executor.Job) { mu.Lock(); ran = append(ran, j); mu.Unlock() }
+	defer func() { executor.FaultHook = func(*executor.Job) {} }()
+	stale := &executor.Job{RunID: run.ID, Tenant: nodetest.Tenant, Epoch: h.Epoch - 1, OpID: "wto_stale", SeqID: 1000, Kind: payload.Forward,
+		Payload: nodetest.Batch(2), BaseModel: run.BaseModel, LoRA: run.LoRA, StateSeq: 1}
+	s.Node().ExecJob(stale)
+	s.Node().ExecCancel(executor.JobRef{RunID: run.ID, SeqID: 2, Epoch: h.Epoch - 1})
+	if op := nodetest.Submit(t, s, run.ID, 2, payload.Forward, nodetest.Batch(3)); op.Status != states.OpSucceeded {
+		t.Fatalf("the run's own operation: %s %v", op.Status, op.ErrorMessage)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, j := range ran {
+		if j.SeqID == stale.SeqID {
+			t.Fatal("the stale job ran")
+		}
+	}
+	if n := fencedCount(t, s, "trainer"); n != 2 {
+		t.Fatalf("fenced %v commands, want 2 (the job and the cancel)", n)
+	}
+}
