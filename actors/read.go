@@ -124,13 +124,9 @@ func page[T any](s *System, t persistence.Tenant, b persistence.Bucket, runID st
 func seqPage[T any](s *System, b persistence.Bucket, runID string, after int64, limit int, seqOf func(*T) int64) (*Page[T], error) {
 	p := &Page[T]{Items: []T{}, NextAfterSeq: after}
 	err := s.n.Store.View(func(tx persistence.Tx) error {
-		return tx.Scan(b, []byte(runID), persistence.SeqKey(runID, after), func(_, raw []byte) (bool, error) {
-			var v T
-			if err := persistence.Decode(raw, &v); err != nil {
-				return false, err
-			}
-			p.Items = append(p.Items, v)
-			p.NextAfterSeq = seqOf(&v)
+		return persistence.Each(tx, b, []byte(runID), persistence.SeqKey(runID, after), func(_ []byte, v *T) (bool, error) {
+			p.Items = append(p.Items, *v)
+			p.NextAfterSeq = seqOf(v)
 			return len(p.Items) < limit, nil
 		})
 	})

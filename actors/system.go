@@ -255,11 +255,7 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 func (s *System) wakeRuns() error {
 	var ids []string
 	err := s.n.Store.View(func(tx persistence.Tx) error {
-		err := tx.Scan(persistence.Runs, nil, nil, func(_, raw []byte) (bool, error) {
-			var r persistence.Run
-			if err := persistence.Decode(raw, &r); err != nil {
-				return false, err
-			}
+		err := persistence.Each(tx, persistence.Runs, nil, nil, func(_ []byte, r *persistence.Run) (bool, error) {
 			if !states.Terminal(states.RunMoves, r.Status) {
 				ids = append(ids, r.ID)
 				s.n.Limits.Found(r.Tenant.Org, limits.Runs)
@@ -269,11 +265,7 @@ func (s *System) wakeRuns() error {
 		if err != nil {
 			return err
 		}
-		return tx.Scan(persistence.Sessions, nil, nil, func(_, raw []byte) (bool, error) {
-			var ss persistence.Session
-			if err := persistence.Decode(raw, &ss); err != nil {
-				return false, err
-			}
+		return persistence.Each(tx, persistence.Sessions, nil, nil, func(_ []byte, ss *persistence.Session) (bool, error) {
 			if !states.Terminal(states.SessionMoves, ss.Status) {
 				s.n.Limits.Found(ss.Tenant.Org, limits.Sessions)
 			}
@@ -300,11 +292,7 @@ func (s *System) wakeRuns() error {
 func (s *System) samplersIn(statuses ...string) []string {
 	var ids []string
 	err := s.n.Store.View(func(tx persistence.Tx) error {
-		return tx.Scan(persistence.Samplers, nil, nil, func(_, raw []byte) (bool, error) {
-			var sm persistence.Sampler
-			if err := persistence.Decode(raw, &sm); err != nil {
-				return false, err
-			}
+		return persistence.Each(tx, persistence.Samplers, nil, nil, func(_ []byte, sm *persistence.Sampler) (bool, error) {
 			if slices.Contains(statuses, sm.Status) {
 				ids = append(ids, sm.ID)
 			}
@@ -332,13 +320,9 @@ type legacyLease struct {
 func migrateLeases(st persistence.Store) error {
 	todo := map[string]lease.Lease{}
 	err := st.View(func(tx persistence.Tx) error {
-		return tx.Scan(persistence.Sessions, nil, nil, func(k, raw []byte) (bool, error) {
+		return persistence.Each(tx, persistence.Sessions, nil, nil, func(k []byte, old *legacyLease) (bool, error) {
 			if ok, err := tx.Get(persistence.Leases, k, &lease.Lease{}); err != nil || ok {
 				return err == nil, err
-			}
-			var old legacyLease
-			if err := persistence.Decode(raw, &old); err != nil {
-				return false, err
 			}
 			todo[string(k)] = lease.Lease{Epoch: old.Epoch, ExpiresAt: old.ExpiresAt, TTLSeconds: old.TTL, Revoked: old.Status != states.SessionReady}
 			return true, nil
@@ -361,11 +345,7 @@ func migrateLeases(st persistence.Store) error {
 // revoked: reminders live in memory, their deadlines in the store.
 func (s *System) armLeases() error {
 	return s.n.Store.View(func(tx persistence.Tx) error {
-		return tx.Scan(persistence.Leases, nil, nil, func(k, raw []byte) (bool, error) {
-			var l lease.Lease
-			if err := persistence.Decode(raw, &l); err != nil {
-				return false, err
-			}
+		return persistence.Each(tx, persistence.Leases, nil, nil, func(k []byte, l *lease.Lease) (bool, error) {
 			if !l.Revoked {
 				s.n.Reminders.At(protocol.ReminderKey(protocol.SessionKind, string(k)), l.ExpiresAt)
 			}

@@ -11,38 +11,23 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/nodetest"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/http/jcs"
-	"github.com/wts-project/wts/kernels/model"
-	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
-	"github.com/wts-project/wts/providers"
 )
 
 // TestConcurrency drives one in-process node from many clients at once, each
 // with its own session and run, and checks that every operation is accepted
 // once, in order, and runs. `make test` runs it under the race detector.
 func TestConcurrency(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := model.Generate("tiny", 5, dir, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := providers.NewCatalog(map[string]string{"tiny": dir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys, err := actors.Start(actors.Config{DataDir: t.TempDir(), Registry: providers.NewRegistry(cat), Log: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sys := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
 	key, err := auth.Create(sys.Store(), "acme", false, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +43,7 @@ func TestConcurrency(t *testing.T) {
 		sys.Stop(context.Background())
 	}()
 	base := "http://" + ln.Addr().String() + "/v1/training"
-	m, _ := cat.Lookup("tiny")
+	m, _ := sys.Registry().Catalog().Lookup("tiny")
 
 	post := func(path string, body any) (map[string]any, int, error) {
 		raw, _ := json.Marshal(body)

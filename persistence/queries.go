@@ -5,14 +5,24 @@ import "fmt"
 // The store's shared query shapes: what more than one grain (or the node's
 // reads) does with its records.
 
+// Each decodes the records of bucket b whose keys start with prefix, from
+// start on (nil: the first), in key order, each into a fresh T, and calls
+// fn with its key and record until fn says to stop. The key is the
+// store's: copy it to keep it.
+func Each[T any](tx Tx, b Bucket, prefix, start []byte, fn func(key []byte, v *T) (bool, error)) error {
+	return tx.Scan(b, prefix, start, func(k, raw []byte) (bool, error) {
+		v := new(T)
+		if err := Decode(raw, v); err != nil {
+			return false, err
+		}
+		return fn(k, v)
+	})
+}
+
 // ScanOps calls fn on the operations of owner (a run or a sampler) after
 // seq after, in seq order.
 func ScanOps(tx Tx, owner string, after int64, fn func(*Operation) error) error {
-	return tx.Scan(Ops, []byte(owner), SeqKey(owner, after), func(_, raw []byte) (bool, error) {
-		op := new(Operation)
-		if err := Decode(raw, op); err != nil {
-			return false, err
-		}
+	return Each(tx, Ops, []byte(owner), SeqKey(owner, after), func(_ []byte, op *Operation) (bool, error) {
 		return true, fn(op)
 	})
 }

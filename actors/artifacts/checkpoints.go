@@ -148,11 +148,7 @@ func Retire(tx persistence.Tx, runID string) error {
 func retire[T any](tx persistence.Tx, b persistence.Bucket, runID string, output func(*T) *persistence.Output) error {
 	var keys [][]byte
 	var recs []*T
-	err := tx.Scan(b, []byte(runID), nil, func(k, raw []byte) (bool, error) {
-		rec := new(T)
-		if err := persistence.Decode(raw, rec); err != nil {
-			return false, err
-		}
+	err := persistence.Each(tx, b, []byte(runID), nil, func(k []byte, rec *T) (bool, error) {
 		if o := output(rec); o.Status == states.Available {
 			if err := states.Move(states.OutputMoves, &o.Status, states.Retired); err != nil {
 				return false, err

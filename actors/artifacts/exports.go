@@ -148,11 +148,7 @@ func (s *Exports) Run(stop <-chan struct{}) {
 	for {
 		var todo []string
 		err := s.N.Store.View(func(tx persistence.Tx) error {
-			return tx.Scan(persistence.Exports, nil, nil, func(_, raw []byte) (bool, error) {
-				var ex persistence.Export
-				if err := persistence.Decode(raw, &ex); err != nil {
-					return false, err
-				}
+			return persistence.Each(tx, persistence.Exports, nil, nil, func(_ []byte, ex *persistence.Export) (bool, error) {
 				if ex.Status == states.ExportPending || ex.Status == states.ExportUploading {
 					todo = append(todo, ex.ID)
 				}

@@ -835,11 +835,7 @@ func (e *Trainer) startRebuild(j *Job) (*rebuild, error) {
 	}
 	if err == nil {
 		err = e.sys.env.Store.View(func(tx persistence.Tx) error {
-			return tx.Scan(persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_, raw []byte) (bool, error) {
-				op := new(persistence.Operation)
-				if err := persistence.Decode(raw, op); err != nil {
-					return false, err
-				}
+			return persistence.Each(tx, persistence.Ops, []byte(j.RunID), persistence.SeqKey(j.RunID, j.SnapshotSeq), func(_ []byte, op *persistence.Operation) (bool, error) {
 				if op.SeqID > j.StateSeq {
 					return false, nil
 				}

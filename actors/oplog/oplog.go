@@ -30,17 +30,40 @@ type Owner struct {
 	// Epoch is this activation's: every job it gives an executor carries
 	// it, and a report about an older one is dropped.
 	Epoch uint64
-	head  persistence.Memo[persistence.Head]
-	ops   map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
+	// Queue is the accepted operations not started, in seq order;
+	// Executing the one on an executor (0 if none).
+	Queue     []int64
+	Executing int64
+	prices    *usage.Prices // the session's billing snapshot, read once
+	rules     *Rules        // what submissions are checked against, built once
+	head      persistence.Memo[persistence.Head]
+	ops       map[int64]*persistence.Memo[persistence.Operation] // by seq_id; an ended one leaves
 	// opBytes is what the memos in ops hold, kept as they change: admission
 	// control reads it after every message the grain handles.
 	opBytes int64
 }
 
 // HeadTx runs fn in a store transaction fenced by the owner's head: refused
-// (protocol.ErrFenced) unless the activation's epoch still holds the lease, and the
-// head's next seq_id set to what fn returns.
+// (protocol.ErrFenced) unless the activation's epoch still holds the
+// lease, and the head's next seq_id set to what fn returns.
 func (o *Owner) HeadTx(fn func(tx persistence.Tx) (int64, error)) error {
+	return o.fenced(func(tx persistence.Tx, h persistence.Head) error {
+		next, err := fn(tx)
+		if err != nil || next == h.NextSeqID {
+			return err
+		}
+		h.NextSeqID = next
+		return o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
+	})
+}
+
+// Fenced runs fn in a store transaction fenced by the owner's head, as
+// HeadTx does, for a change that leaves the owner's record and head alone.
+func (o *Owner) Fenced(fn func(tx persistence.Tx) error) error {
+	return o.fenced(func(tx persistence.Tx, _ persistence.Head) error { return fn(tx) })
+}
+
+func (o *Owner) fenced(fn func(tx persistence.Tx, h persistence.Head) error) error {
 	return o.N.Store.Update(func(tx persistence.Tx) error {
 		h, _, err := o.head.Get(tx, persistence.Heads, []byte(o.ID))
 		if err != nil {
@@ -49,13 +72,44 @@ func (o *Owner) HeadTx(fn func(tx persistence.Tx) (int64, error)) error {
 		if h.Epoch != o.Epoch {
 			return protocol.ErrFenced
 		}
-		next, err := fn(tx)
-		if err != nil || next == h.NextSeqID {
-			return err
-		}
-		h.NextSeqID = next
-		return o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
+		return fn(tx, h)
 	})
+}
+
+// Prices is the price list of the owner's session (tenant t's sessionID),
+// read once per activation: the snapshot never changes.
+func (o *Owner) Prices(t persistence.Tenant, sessionID string) (*usage.Prices, error) {
+	return usage.PricesOf(o.N.Store, &o.prices, t, sessionID)
+}
+
+// RulesFor is the owner's Rules, built once per activation: the kinds its
+// session's capability row offers at scope, and its base model's shape; run
+// is the run whose checkpoints its operations may name (nil for a
+// sampler).
+func (o *Owner) RulesFor(scope executor.Scope, t persistence.Tenant, sessionID, baseModel string, run *persistence.Run) (*Rules, error) {
+	if o.rules != nil {
+		return o.rules, nil
+	}
+	prices, err := o.Prices(t, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	row := o.N.Registry.Row(prices.Provider)
+	what, offered := "run", row.Operations
+	if scope == executor.OnSampler {
+		what, offered = "sampler", row.SamplerOperations
+	}
+	m, _ := o.N.Registry.Catalog().Lookup(baseModel)
+	o.rules = &Rules{What: what, Scope: scope, Offered: offered, Model: m.Config, Run: run}
+	return o.rules, nil
+}
+
+// Depth is the number of the owner's operations queued or executing.
+func (o *Owner) Depth() int {
+	if o.Executing != 0 {
+		return len(o.Queue) + 1
+	}
+	return len(o.Queue)
 }
 
 // TakeLease bumps the owner's activation epoch (inside an activation's
@@ -281,17 +335,24 @@ func (o *Owner) MarkExecuting(tx persistence.Tx, seq int64, now time.Time) error
 	return o.PutOp(tx, op)
 }
 
-// Unstart sends an executing operation that the node's stop cut short back
-// to pending: nothing of it was applied, and it runs after the next start.
-func (o *Owner) Unstart(tx persistence.Tx, seq int64, now time.Time) error {
-	op, err := o.Op(tx, seq)
-	if err != nil || op.Status != states.OpExecuting {
-		return err
+// PutBack sends the executing operation that the node's stop cut short
+// (its executor reported it pending) back to pending, at the head of the
+// queue: nothing of it was applied, and it runs after the next start.
+func (o *Owner) PutBack(seq int64) error {
+	err := o.Fenced(func(tx persistence.Tx) error {
+		op, err := o.Op(tx, seq)
+		if err != nil || op.Status != states.OpExecuting {
+			return err
+		}
+		if err := unstartOp(op, o.N.Now()); err != nil {
+			return err
+		}
+		return o.PutOp(tx, op)
+	})
+	if err == nil {
+		o.Executing, o.Queue = 0, append([]int64{seq}, o.Queue...)
 	}
-	if err := unstartOp(op, now); err != nil {
-		return err
-	}
-	return o.PutOp(tx, op)
+	return err
 }
 
 // Handle is the operation as a caller sees it (its payload stays stored).

@@ -30,11 +30,7 @@ import (
 // record, which only it writes, fenced by the activation epoch.
 type Grain struct {
 	oplog.Owner
-	run        *persistence.Run
-	queue      []int64       // accepted operations not started, in seq order
-	executing  int64         // the operation on the executor, 0 if none
-	prices     *usage.Prices // the session's billing snapshot, read once
-	admitRules *oplog.Rules  // what submissions are checked against, built once
+	run *persistence.Run
 	// lease is the session's lease as accept last read or wrote it: every
 	// accepted operation checks it, and renews it about once a second.
 	lease persistence.Memo[lease.Lease]
@@ -97,7 +93,7 @@ func (g *Grain) activate() error {
 		}
 		r.NextSeqID = h.NextSeqID
 		wasTerminal := states.Terminal(states.RunMoves, r.Status)
-		g.queue, g.parsed, g.executing, g.dispatched = g.queue[:0], map[int64]payload.Parsed{}, 0, false
+		g.Queue, g.parsed, g.Executing, g.dispatched = g.Queue[:0], map[int64]payload.Parsed{}, 0, false
 		now := g.N.Now()
 		err := persistence.ScanOps(tx, r.ID, 0, func(op *persistence.Operation) error {
 			var err error
@@ -109,7 +105,7 @@ func (g *Grain) activate() error {
 				switch requeued, err = oplog.Requeue(op, now); {
 				case err != nil:
 				case requeued:
-					g.queue = append(g.queue, op.SeqID)
+					g.Queue = append(g.Queue, op.SeqID)
 				case executor.KindOf(op.Kind).Mutates: // it failed on its last attempt
 					r.ErrorCode = protocol.CodeInterrupted
 					err = states.Move(states.RunMoves, &r.Status, states.RunInterrupted)
@@ -117,7 +113,7 @@ func (g *Grain) activate() error {
 			case op.Status == states.OpPending && states.Terminal(states.RunMoves, r.Status):
 				err = oplog.Settle(op, states.OpCancelled, protocol.CodeInterrupted, "the run was interrupted before this operation started", now)
 			case op.Status == states.OpPending:
-				g.queue = append(g.queue, op.SeqID)
+				g.Queue = append(g.Queue, op.SeqID)
 				return nil
 			default:
 				return nil
@@ -182,15 +178,7 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 }
 
 // busy reports whether the run has work queued or executing.
-func (g *Grain) busy() bool { return g.executing != 0 || len(g.queue) > 0 }
-
-// Depth is the number of the run's operations queued or executing.
-func (g *Grain) Depth() int {
-	if g.executing != 0 {
-		return len(g.queue) + 1
-	}
-	return len(g.queue)
-}
+func (g *Grain) busy() bool { return g.Executing != 0 || len(g.Queue) > 0 }
 
 // accepting refuses new operations on a run that takes none.
 func accepting(r *persistence.Run) error {
@@ -208,22 +196,13 @@ func (g *Grain) NextSeq() int64             { return g.run.NextSeqID }
 func (g *Grain) Takes() error               { return accepting(g.run) }
 
 func (g *Grain) Rules() (*oplog.Rules, error) {
-	if g.admitRules != nil {
-		return g.admitRules, nil
-	}
-	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.run.Tenant, g.run.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	m, _ := g.N.Registry.Catalog().Lookup(g.run.BaseModel)
-	g.admitRules = &oplog.Rules{What: "run", Scope: executor.OnRun, Offered: g.N.Registry.Row(prices.Provider).Operations, Model: m.Config, Run: g.run}
-	return g.admitRules, nil
+	return g.RulesFor(executor.OnRun, g.run.Tenant, g.run.SessionID, g.run.BaseModel, g.run)
 }
 
 // Accept writes an admitted operation, keeping its parsed payload near the
 // head of the queue for its job.
 func (g *Grain) Accept(sub *protocol.Submission, key []byte, p payload.Parsed) (*persistence.Operation, error) {
-	if len(g.queue) < oplog.ParsedKeep {
+	if len(g.Queue) < oplog.ParsedKeep {
 		g.parsed[sub.SeqID] = p
 	}
 	op, err := g.acceptOp(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
@@ -249,7 +228,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 	var next advanced
 	// With nothing queued or executing, the operation goes to the executor
 	// as soon as it is durable (it stays pending until its work starts).
-	idle := g.executing == 0 && len(g.queue) == 0 && kind != payload.Finish && kind != payload.Cancel
+	idle := g.Executing == 0 && len(g.Queue) == 0 && kind != payload.Finish && kind != payload.Cancel
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		now := g.N.Now()
 		if kind != payload.Cancel {
@@ -305,7 +284,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 		return nil, err
 	}
 	g.N.Metrics.Accepted(kind)
-	g.queue = append(g.queue, op.SeqID)
+	g.Queue = append(g.Queue, op.SeqID)
 	if idle {
 		g.started(next)
 	}
@@ -399,7 +378,7 @@ func (g *Grain) stopWork(code, msg string) {
 	var left []int64
 	err := g.N.Store.Update(func(tx persistence.Tx) (err error) {
 		now := g.N.Now()
-		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		left, err = g.SweepQueue(tx, g.Queue, func(op *persistence.Operation) (bool, bool, error) {
 			if op.Kind == payload.Cancel {
 				return false, true, nil // the cancel itself completes the run's ending
 			}
@@ -411,17 +390,17 @@ func (g *Grain) stopWork(code, msg string) {
 		g.N.Log.Error("cancel queued operations", "run", g.ID, "err", err)
 		return
 	}
-	for _, seq := range g.queue {
+	for _, seq := range g.Queue {
 		if !slices.Contains(left, seq) {
 			delete(g.parsed, seq)
 		}
 	}
-	g.queue = left
-	if g.executing != 0 {
+	g.Queue = left
+	if g.Executing != 0 {
 		// On the trainer, or (a run-scoped sample handed over) decoding in
 		// the sampling executor: both stop it at their next step.
-		g.N.ExecCancel(executor.JobRef{RunID: g.ID, SeqID: g.executing, Epoch: g.Epoch})
-		g.N.SamplingCancel(executor.SamplingRef{ForRun: true, ReplyID: g.ID, SeqID: g.executing})
+		g.N.ExecCancel(executor.JobRef{RunID: g.ID, SeqID: g.Executing, Epoch: g.Epoch})
+		g.N.SamplingCancel(executor.SamplingRef{ForRun: true, ReplyID: g.ID, SeqID: g.Executing})
 		return
 	}
 	g.kick()
@@ -431,12 +410,12 @@ func (g *Grain) stopWork(code, msg string) {
 // at the head goes to the executor after a read; only a finish or cancel
 // there needs a write.
 func (g *Grain) kick() {
-	if g.Err != nil || g.executing != 0 || len(g.queue) == 0 {
+	if g.Err != nil || g.Executing != 0 || len(g.Queue) == 0 {
 		return
 	}
 	var next advanced
 	err := g.N.Store.View(func(tx persistence.Tx) error {
-		op, err := g.Op(tx, g.queue[0])
+		op, err := g.Op(tx, g.Queue[0])
 		if j := g.jobFor(g.run, op); err == nil && j != nil {
 			next = advanced{1, j}
 		}
@@ -448,11 +427,11 @@ func (g *Grain) kick() {
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		var err error
-		next, err = g.advance(tx, r, g.queue)
+		next, err = g.advance(tx, r, g.Queue)
 		return err
 	})
 	if err != nil {
-		g.N.Log.Error("start operation", "run", g.ID, "seq", g.queue[0], "err", err)
+		g.N.Log.Error("start operation", "run", g.ID, "seq", g.Queue[0], "err", err)
 		return
 	}
 	g.started(next)
@@ -520,13 +499,13 @@ func (g *Grain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.
 // the job goes to the executor, and a run that the advance ended is
 // released.
 func (g *Grain) started(a advanced) {
-	for _, seq := range g.queue[:a.taken] {
+	for _, seq := range g.Queue[:a.taken] {
 		delete(g.parsed, seq)
 	}
-	g.queue = g.queue[a.taken:]
+	g.Queue = g.Queue[a.taken:]
 	if a.job != nil {
 		a.job.First, g.dispatched = !g.dispatched, true
-		g.executing = a.job.SeqID
+		g.Executing = a.job.SeqID
 		g.N.ExecJob(a.job)
 	}
 	g.ended()
@@ -559,17 +538,15 @@ func (g *Grain) snapshotted(_ actor.Context, in grain.In) (any, error) {
 
 // execStarted marks the operation the executor began executing.
 func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
-	st, err := oplog.StartReport(in, g.Epoch, g.executing)
+	st, err := oplog.StartReport(in, g.Epoch, g.Executing)
 	if st == nil {
 		return nil, err
 	}
-	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
-		return g.MarkExecuting(tx, st.SeqID, g.N.Now())
-	})
+	return nil, g.Fenced(func(tx persistence.Tx) error { return g.MarkExecuting(tx, st.SeqID, g.N.Now()) })
 }
 
 func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
-	d, err := oplog.Outcome(in, g.Epoch, g.executing)
+	d, err := oplog.Outcome(in, g.Epoch, g.Executing)
 	if d == nil {
 		return nil, err
 	}
@@ -577,13 +554,9 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 		return nil, g.handOff(d)
 	}
 	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx persistence.Tx, _ *persistence.Run) error { return g.Unstart(tx, d.SeqID, g.N.Now()) }); err != nil {
-			return nil, err
-		}
-		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
-		return nil, nil
+		return nil, g.PutBack(d.SeqID)
 	}
-	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.run.Tenant, g.run.SessionID)
+	prices, err := g.Prices(g.run.Tenant, g.run.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -631,13 +604,13 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 			return nil
 		}
 		var aerr error
-		next, aerr = g.advance(tx, r, g.queue)
+		next, aerr = g.advance(tx, r, g.Queue)
 		return aerr
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record operation %d: %w", d.SeqID, err)
 	}
-	g.executing = 0
+	g.Executing = 0
 	if d.WeightVersion > 0 {
 		g.N.Sampler(g.run.SamplerID).Weights(protocol.WeightsUpdate{Version: d.WeightVersion})
 	}
@@ -691,7 +664,7 @@ func (g *Grain) handOff(d *executor.Done) error {
 
 func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {
 	p, err := grain.Decode[executor.Progress](in)
-	if err != nil || p.Epoch != g.Epoch || p.SeqID != g.executing {
+	if err != nil || p.Epoch != g.Epoch || p.SeqID != g.Executing {
 		return nil, err
 	}
 	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {

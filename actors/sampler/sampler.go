@@ -17,7 +17,6 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
-	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -29,17 +28,12 @@ import (
 // run's operations: it only runs them and reports to the run.
 type Grain struct {
 	oplog.Owner
-	rec       *persistence.Sampler
-	queue     []int64                 // accepted, not started, in seq order (pending or parked)
-	executing int64                   // the sampler operation on the executor, 0 if none
-	syncing   int64                   // the weight version a sync in flight loads, 0 if none
-	latest    int64                   // the run's latest weight version
-	runEnded  bool                    // the run is terminal: latest is final
-	forRun    []*executor.SamplingJob // run-scoped samples waiting for their weight version
-	failedAt  int64                   // the version whose sync failed: not retried until a newer one
-	prices    *usage.Prices           // the session's billing snapshot, read once
-	// admitRules are what submissions are checked against, built once.
-	admitRules *oplog.Rules
+	rec      *persistence.Sampler
+	syncing  int64                   // the weight version a sync in flight loads, 0 if none
+	latest   int64                   // the run's latest weight version
+	runEnded bool                    // the run is terminal: latest is final
+	forRun   []*executor.SamplingJob // run-scoped samples waiting for their weight version
+	failedAt int64                   // the version whose sync failed: not retried until a newer one
 	// waits holds, by seq_id, the weight version each queued operation
 	// requires (nil: none), and parsed the parsed payloads of those near
 	// the head (as a run's grain keeps them), so that a payload is parsed
@@ -69,16 +63,10 @@ func (g *Grain) Receive(ctx actor.Context) {
 			protocol.SamplerWake:         protocol.Awake,
 			protocol.SamplerCancelOp:     g.cancelOp,
 		}
-		g.Load = func() (string, int, int64) {
-			n := len(g.queue)
-			if g.executing != 0 {
-				n++
-			}
-			return g.rec.Tenant.Org, n, g.Held()
-		}
+		g.Load = func() (string, int, int64) { return g.rec.Tenant.Org, g.Depth(), g.Held() }
 		// A sampler whose sync is in flight awaits its report, and
 		// run-scoped samples waiting for a version live only here.
-		g.Idle = func() bool { return g.executing == 0 && len(g.queue) == 0 && len(g.forRun) == 0 && g.syncing == 0 }
+		g.Idle = func() bool { return g.Executing == 0 && len(g.Queue) == 0 && len(g.forRun) == 0 && g.syncing == 0 }
 	}
 	g.Handle(ctx, g.activate, g.kick)
 }
@@ -105,7 +93,7 @@ func (g *Grain) activate() error {
 			return lerr
 		}
 		r.NextSeqID = h.NextSeqID
-		g.queue, g.executing, g.waits, g.parsed = g.queue[:0], 0, map[int64]*int64{}, map[int64]payload.Parsed{}
+		g.Queue, g.Executing, g.waits, g.parsed = g.Queue[:0], 0, map[int64]*int64{}, map[int64]payload.Parsed{}
 		now := g.N.Now()
 		err := persistence.ScanOps(tx, g.ID, 0, func(op *persistence.Operation) error {
 			switch op.Status {
@@ -115,11 +103,11 @@ func (g *Grain) activate() error {
 					return err
 				}
 				if requeued {
-					g.queue = append(g.queue, op.SeqID)
+					g.Queue = append(g.Queue, op.SeqID)
 				}
 				return g.PutOp(tx, op)
 			case states.OpPending, states.OpParked:
-				g.queue = append(g.queue, op.SeqID)
+				g.Queue = append(g.Queue, op.SeqID)
 			}
 			return nil
 		})
@@ -171,22 +159,8 @@ func (g *Grain) Takes() error {
 	return nil
 }
 
-func (g *Grain) Depth() int {
-	_, n, _ := g.Load()
-	return n
-}
-
 func (g *Grain) Rules() (*oplog.Rules, error) {
-	if g.admitRules != nil {
-		return g.admitRules, nil
-	}
-	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.rec.Tenant, g.rec.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	m, _ := g.N.Registry.Catalog().Lookup(g.rec.BaseModel)
-	g.admitRules = &oplog.Rules{What: "sampler", Scope: executor.OnSampler, Offered: g.N.Registry.Row(prices.Provider).SamplerOperations, Model: m.Config}
-	return g.admitRules, nil
+	return g.RulesFor(executor.OnSampler, g.rec.Tenant, g.rec.SessionID, g.rec.BaseModel, nil)
 }
 
 // Accept writes an admitted operation: pending, or parked until the
@@ -222,10 +196,10 @@ func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Pars
 	g.N.Metrics.Accepted(sub.Kind)
 	if op.Status == states.OpPending || op.Status == states.OpParked {
 		g.waits[op.SeqID] = required
-		if len(g.queue) < oplog.ParsedKeep {
+		if len(g.Queue) < oplog.ParsedKeep {
 			g.parsed[op.SeqID] = parsed
 		}
-		g.queue = append(g.queue, op.SeqID)
+		g.Queue = append(g.Queue, op.SeqID)
 		g.kick()
 	}
 	return op, nil
@@ -235,7 +209,7 @@ func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Pars
 // synced weights, with its payload parsed if the grain has it; it is
 // pending until the executor starts it (sampler.exec_started).
 func (g *Grain) run(op *persistence.Operation, p payload.Parsed) {
-	g.executing = op.SeqID
+	g.Executing = op.SeqID
 	g.N.Sample(&executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: g.rec.SyncedWeightVersion,
 		Epoch: g.Epoch, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, ReplyID: g.ID, Parsed: p})
 }
@@ -269,7 +243,7 @@ func (g *Grain) failUnreachable() {
 	var left []int64
 	err := g.N.Store.Update(func(tx persistence.Tx) (err error) {
 		now := g.N.Now()
-		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		left, err = g.SweepQueue(tx, g.Queue, func(op *persistence.Operation) (bool, bool, error) {
 			req := g.required(op)
 			if req == nil || *req <= g.latest {
 				return false, true, nil
@@ -302,12 +276,12 @@ func (g *Grain) required(op *persistence.Operation) *int64 {
 // keepQueued makes left the queue, forgetting what the grain held for the
 // operations that left it.
 func (g *Grain) keepQueued(left []int64) {
-	for _, seq := range g.queue {
+	for _, seq := range g.Queue {
 		if !slices.Contains(left, seq) {
 			g.forget(seq)
 		}
 	}
-	g.queue = left
+	g.Queue = left
 }
 
 // forget drops what the grain held for a queued operation.
@@ -343,10 +317,10 @@ func (g *Grain) kick() {
 		g.N.Sample(j)
 	}
 	g.forRun = waiting
-	if g.executing != 0 || len(g.queue) == 0 {
+	if g.Executing != 0 || len(g.Queue) == 0 {
 		return
 	}
-	seq := g.queue[0]
+	seq := g.Queue[0]
 	var op *persistence.Operation
 	err := g.N.Store.View(func(tx persistence.Tx) (err error) {
 		op, err = g.Op(tx, seq)
@@ -359,7 +333,7 @@ func (g *Grain) kick() {
 	if req := g.required(op); op.Status != states.OpPending || req != nil && *req > g.rec.SyncedWeightVersion {
 		return // parked: the sampler follows the run and will get there
 	}
-	g.queue = g.queue[1:]
+	g.Queue = g.Queue[1:]
 	g.run(op, g.parsed[seq])
 	g.forget(seq)
 }
@@ -399,7 +373,7 @@ func (g *Grain) synced(_ actor.Context, in grain.In) (any, error) {
 			return err
 		}
 		now := g.N.Now()
-		_, err := g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		_, err := g.SweepQueue(tx, g.Queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := g.required(op); op.Status == states.OpParked && (req == nil || *req <= s.Version) {
 				op.UpdatedAt = now
 				return true, true, states.Move(states.OpMoves, &op.Status, states.OpPending)
@@ -431,7 +405,7 @@ func (g *Grain) syncFailed(s *executor.Synced) error {
 			return err
 		}
 		now := g.N.Now()
-		left, err = g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		left, err = g.SweepQueue(tx, g.Queue, func(op *persistence.Operation) (bool, bool, error) {
 			if req := g.required(op); req != nil && *req > s.Version {
 				return false, true, nil
 			}
@@ -457,7 +431,7 @@ func (g *Grain) syncFailed(s *executor.Synced) error {
 
 // execStarted marks the operation the sampling executor began.
 func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
-	st, err := oplog.StartReport(in, g.Epoch, g.executing)
+	st, err := oplog.StartReport(in, g.Epoch, g.Executing)
 	if st == nil {
 		return nil, err
 	}
@@ -468,18 +442,14 @@ func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
 }
 
 func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
-	d, err := oplog.Outcome(in, g.Epoch, g.executing)
+	d, err := oplog.Outcome(in, g.Epoch, g.Executing)
 	if d == nil {
 		return nil, err
 	}
 	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
-		if err := g.write(func(tx persistence.Tx, _ *persistence.Sampler) error { return g.Unstart(tx, d.SeqID, g.N.Now()) }); err != nil {
-			return nil, err
-		}
-		g.executing, g.queue = 0, append([]int64{d.SeqID}, g.queue...)
-		return nil, nil
+		return nil, g.PutBack(d.SeqID)
 	}
-	prices, err := usage.PricesOf(g.N.Store, &g.prices, g.rec.Tenant, g.rec.SessionID)
+	prices, err := g.Prices(g.rec.Tenant, g.rec.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +468,7 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record sampler operation %d: %w", d.SeqID, err)
 	}
-	g.executing = 0
+	g.Executing = 0
 	g.kick()
 	return nil, nil
 }
@@ -533,7 +503,7 @@ func (g *Grain) remind(actor.Context, grain.In) (any, error) {
 		g.N.Reminders.At(g.reminder(), next)
 		return struct{}{}, nil
 	}
-	if g.executing != 0 || len(g.queue) > 0 || len(g.forRun) > 0 {
+	if g.Executing != 0 || len(g.Queue) > 0 || len(g.forRun) > 0 {
 		g.N.Reminders.At(g.reminder(), now.Add(g.N.SamplerIdle))
 		return struct{}{}, nil
 	}
@@ -552,13 +522,13 @@ func (g *Grain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if *seq == g.executing {
+	if *seq == g.Executing {
 		g.N.SamplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: *seq})
 	}
 	var op *persistence.Operation
 	err = g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
 		var err error
-		if op, err = g.Op(tx, *seq); err != nil || states.Terminal(states.OpMoves, op.Status) || *seq == g.executing {
+		if op, err = g.Op(tx, *seq); err != nil || states.Terminal(states.OpMoves, op.Status) || *seq == g.Executing {
 			return err
 		}
 		if err := oplog.Settle(op, states.OpCancelled, protocol.CodeCancelled, "the operation was cancelled", g.N.Now()); err != nil {
@@ -570,7 +540,7 @@ func (g *Grain) cancelOp(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	if op.Status == states.OpCancelled {
-		g.queue = slices.DeleteFunc(g.queue, func(q int64) bool { return q == *seq })
+		g.Queue = slices.DeleteFunc(g.Queue, func(q int64) bool { return q == *seq })
 		g.forget(*seq)
 		g.kick()
 	}
@@ -587,7 +557,7 @@ func (g *Grain) retire(actor.Context, grain.In) (any, error) {
 	}
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		now := g.N.Now()
-		_, err := g.SweepQueue(tx, g.queue, func(op *persistence.Operation) (bool, bool, error) {
+		_, err := g.SweepQueue(tx, g.Queue, func(op *persistence.Operation) (bool, bool, error) {
 			return true, false, oplog.Settle(op, states.OpCancelled, protocol.CodeCancelled, "the sampler was retired with its run", now)
 		})
 		if err != nil {
@@ -598,9 +568,9 @@ func (g *Grain) retire(actor.Context, grain.In) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.queue, g.forRun, g.waits, g.parsed = nil, nil, map[int64]*int64{}, map[int64]payload.Parsed{}
-	if g.executing != 0 {
-		g.N.SamplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: g.executing})
+	g.Queue, g.forRun, g.waits, g.parsed = nil, nil, map[int64]*int64{}, map[int64]payload.Parsed{}
+	if g.Executing != 0 {
+		g.N.SamplingCancel(executor.SamplingRef{ReplyID: g.ID, SeqID: g.Executing})
 	}
 	g.N.SamplingRelease(g.ID)
 	return struct{}{}, nil

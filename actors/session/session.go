@@ -130,14 +130,7 @@ func (g *Grain) Receive(ctx actor.Context) {
 // again. A closing session whose run ended meanwhile closes.
 func (g *Grain) activate() error {
 	return g.N.Store.Update(func(tx persistence.Tx) error {
-		var ss persistence.Session
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil || !ok {
-			if err == nil {
-				err = protocol.NotFound("session", g.ID)
-			}
-			return err
-		}
-		l, err := lease.Get(tx, g.ID)
+		ss, l, err := g.load(tx, nil)
 		if err != nil {
 			return err
 		}
@@ -155,7 +148,7 @@ func (g *Grain) activate() error {
 					return err
 				}
 				g.closing, ss.UpdatedAt = false, g.N.Now()
-				if err := tx.Put(persistence.Sessions, []byte(g.ID), &ss); err != nil {
+				if err := tx.Put(persistence.Sessions, []byte(g.ID), ss); err != nil {
 					return err
 				}
 			}
@@ -164,20 +157,27 @@ func (g *Grain) activate() error {
 	})
 }
 
+// load reads the session and its lease inside tx; a session not of tenant
+// t (when t is given) is not found.
+func (g *Grain) load(tx persistence.Tx, t *persistence.Tenant) (*persistence.Session, *lease.Lease, error) {
+	ss := new(persistence.Session)
+	if ok, err := tx.Get(persistence.Sessions, []byte(g.ID), ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
+		if err == nil {
+			err = protocol.NotFound("session", g.ID)
+		}
+		return nil, nil, err
+	}
+	l, err := lease.Get(tx, g.ID)
+	return ss, l, err
+}
+
 // update applies fn to the session and its lease inside a fenced
 // transaction and returns them as written.
 func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error) (*protocol.Session, error) {
 	var out *protocol.Session
 	var ended bool
 	err := g.N.Store.Update(func(tx persistence.Tx) error {
-		ss := persistence.Session{}
-		if ok, err := tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil || !ok || (t != nil && ss.Tenant != *t) {
-			if err == nil {
-				err = protocol.NotFound("session", g.ID)
-			}
-			return err
-		}
-		l, err := lease.Get(tx, g.ID)
+		ss, l, err := g.load(tx, t)
 		if err != nil {
 			return err
 		}
@@ -185,19 +185,19 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 			return protocol.ErrFenced
 		}
 		was := ss.Status
-		if err := fn(tx, &ss, l); err != nil {
+		if err := fn(tx, ss, l); err != nil {
 			return err
 		}
 		if ss.Status != states.SessionReady {
 			l.Revoke() // the session has left ready: its lease ends with it
 		}
 		ss.UpdatedAt = g.N.Now()
-		out = protocol.SessionView(&ss, l)
+		out = protocol.SessionView(ss, l)
 		ended = states.Terminal(states.SessionMoves, ss.Status) && !states.Terminal(states.SessionMoves, was)
 		if err := tx.Put(persistence.Leases, []byte(g.ID), l); err != nil {
 			return err
 		}
-		return tx.Put(persistence.Sessions, []byte(g.ID), &ss)
+		return tx.Put(persistence.Sessions, []byte(g.ID), ss)
 	})
 	if err != nil {
 		return nil, err
@@ -351,13 +351,10 @@ func (g *Grain) close(_ actor.Context, in grain.In) (any, error) {
 // still has work queued or executing is renewed instead (that work is
 // activity); otherwise the session times out.
 func (g *Grain) remind(actor.Context, grain.In) (any, error) {
-	var ss persistence.Session
+	var ss *persistence.Session
 	var l *lease.Lease
 	if err := g.N.Store.View(func(tx persistence.Tx) (err error) {
-		if _, err = tx.Get(persistence.Sessions, []byte(g.ID), &ss); err != nil {
-			return err
-		}
-		l, err = lease.Get(tx, g.ID)
+		ss, l, err = g.load(tx, nil)
 		return err
 	}); err != nil {
 		return nil, err
