@@ -106,8 +106,8 @@ func (s *System) GetArtifact(t persistence.Tenant, id string) (*persistence.Arti
 
 // Page is one page of a run's sequence-keyed records.
 type Page[T any] struct {
-	Items        []T   `json:"items"`
-	NextAfterSeq int64 `json:"next_after_seq"`
+	Items        []T
+	NextAfterSeq int64
 }
 
 // page reads up to limit records of a run from bucket b with seq > after.
@@ -208,5 +208,5 @@ func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit 
 // MetricsPage is one page of step records and the summary of all of them.
 type MetricsPage struct {
 	Page[persistence.Metric]
-	Summary map[string]Summary `json:"summary"`
+	Summary map[string]Summary
 }

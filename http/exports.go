@@ -36,6 +36,6 @@ func (s *Server) createExport(ctx *fasthttp.RequestCtx, t persistence.Tenant) er
 	if isNew {
 		status = fasthttp.StatusAccepted
 	}
-	write(ctx, status, out)
+	write(ctx, status, exportOf(out))
 	return nil
 }

@@ -62,7 +62,7 @@ func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) e
 	if err != nil {
 		return err
 	}
-	created(ctx, isNew, sess)
+	created(ctx, isNew, sessionOf(sess))
 	return nil
 }
 
@@ -95,7 +95,7 @@ func (s *Server) sessionAction(act func(persistence.Tenant, string) (*protocol.S
 		if err != nil {
 			return err
 		}
-		write(ctx, fasthttp.StatusOK, sess)
+		write(ctx, fasthttp.StatusOK, sessionOf(sess))
 		return nil
 	}
 }
@@ -116,7 +116,7 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 	if err != nil {
 		return err
 	}
-	created(ctx, r.Created, &r.Run)
+	created(ctx, r.Created, runOf(&r.Run))
 	return nil
 }
 
@@ -149,7 +149,7 @@ func submitTo(param, prefix, what string, kinds []string, submit func(protocol.S
 		if err != nil {
 			return err
 		}
-		write(ctx, fasthttp.StatusAccepted, &acc.Op)
+		write(ctx, fasthttp.StatusAccepted, operationOf(&acc.Op))
 		return nil
 	}
 }
@@ -166,7 +166,7 @@ func (s *Server) control(act func(persistence.Tenant, string, string) (*protocol
 		if err != nil {
 			return err
 		}
-		write(ctx, fasthttp.StatusAccepted, &acc.Op)
+		write(ctx, fasthttp.StatusAccepted, operationOf(&acc.Op))
 		return nil
 	}
 }
@@ -183,7 +183,7 @@ func (s *Server) cancelOperation(ctx *fasthttp.RequestCtx, t persistence.Tenant)
 	if err != nil {
 		return err
 	}
-	write(ctx, fasthttp.StatusAccepted, op)
+	write(ctx, fasthttp.StatusAccepted, operationOf(op))
 	return nil
 }
 
@@ -258,15 +258,11 @@ func ownerPage[P any](param, prefix, what string, list func(persistence.Tenant, 
 	}
 }
 
-type usagePage struct {
-	Items []persistence.Usage `json:"items"`
-}
-
 // usage lists a session's usage components.
 func (s *Server) usage(t persistence.Tenant, sessionID string) (*usagePage, error) {
 	items, err := s.sys.Usage(t, sessionID)
 	if err != nil {
 		return nil, err
 	}
-	return &usagePage{Items: items}, nil
+	return &usagePage{Items: usagesOf(items)}, nil
 }

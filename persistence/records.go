@@ -22,67 +22,67 @@ type Key struct {
 	CreatedAt time.Time `msgpack:"created_at"`
 }
 
-// Session is one caller session. JSON tags give the API shape; fields tagged
-// "-" are the service's own. Its lease is a record of its own (Leases).
+// Session is one caller session. Its lease is a record of its own
+// (Leases).
 type Session struct {
-	ID                 string          `msgpack:"id" json:"id"`
-	Tenant             Tenant          `msgpack:"tenant" json:"-"`
-	RequestID          string          `msgpack:"request_id" json:"-"`
-	Status             string          `msgpack:"status" json:"status"`
-	Provider           string          `msgpack:"provider" json:"provider"`
-	FundingSource      string          `msgpack:"funding_source" json:"funding_source"`
-	CredentialID       string          `msgpack:"credential_id" json:"-"`
-	MaxCostMicroUSD    *int64          `msgpack:"max_cost_microusd" json:"max_cost_microusd"`
-	ErrorCode          string          `msgpack:"error_code" json:"error_code,omitempty"`
-	Capability         json.RawMessage `msgpack:"capability" json:"capability"`
-	CapabilitySnapshot json.RawMessage `msgpack:"capability_snapshot" json:"capability_snapshot"`
-	RunID              string          `msgpack:"run_id" json:"run_id,omitempty"`
-	Metadata           json.RawMessage `msgpack:"metadata" json:"metadata,omitempty"`
-	CreatedAt          time.Time       `msgpack:"created_at" json:"created_at"`
-	UpdatedAt          time.Time       `msgpack:"updated_at" json:"updated_at"`
+	ID                 string          `msgpack:"id"`
+	Tenant             Tenant          `msgpack:"tenant"`
+	RequestID          string          `msgpack:"request_id"`
+	Status             string          `msgpack:"status"`
+	Provider           string          `msgpack:"provider"`
+	FundingSource      string          `msgpack:"funding_source"`
+	CredentialID       string          `msgpack:"credential_id"`
+	MaxCostMicroUSD    *int64          `msgpack:"max_cost_microusd"`
+	ErrorCode          string          `msgpack:"error_code"`
+	Capability         json.RawMessage `msgpack:"capability"`
+	CapabilitySnapshot json.RawMessage `msgpack:"capability_snapshot"`
+	RunID              string          `msgpack:"run_id"`
+	Metadata           json.RawMessage `msgpack:"metadata"`
+	CreatedAt          time.Time       `msgpack:"created_at"`
+	UpdatedAt          time.Time       `msgpack:"updated_at"`
 }
 
 // LoRA is a run's adapter configuration.
 type LoRA struct {
-	Rank         int    `msgpack:"rank" json:"rank"`
-	Seed         uint64 `msgpack:"seed" json:"seed"`
-	TrainMLP     bool   `msgpack:"train_mlp" json:"train_mlp"`
-	TrainAttn    bool   `msgpack:"train_attn" json:"train_attn"`
-	TrainUnembed bool   `msgpack:"train_unembed" json:"train_unembed"`
+	Rank         int    `msgpack:"rank"`
+	Seed         uint64 `msgpack:"seed"`
+	TrainMLP     bool   `msgpack:"train_mlp"`
+	TrainAttn    bool   `msgpack:"train_attn"`
+	TrainUnembed bool   `msgpack:"train_unembed"`
 }
 
 // Run is a session's run.
 type Run struct {
-	ID                  string          `msgpack:"id" json:"id"`
-	SessionID           string          `msgpack:"session_id" json:"session_id"`
-	Tenant              Tenant          `msgpack:"tenant" json:"-"`
-	RequestID           string          `msgpack:"request_id" json:"-"`
-	Status              string          `msgpack:"status" json:"status"`
-	BaseModel           string          `msgpack:"base_model" json:"base_model"`
-	ModelRevision       string          `msgpack:"model_revision" json:"model_revision"`
-	ResourceProfile     string          `msgpack:"resource_profile" json:"resource_profile"`
-	TuningMode          string          `msgpack:"tuning_mode" json:"tuning_mode"`
-	LoRA                LoRA            `msgpack:"lora" json:"lora"`
-	CheckpointID        string          `msgpack:"checkpoint_id" json:"checkpoint_id,omitempty"`
-	NextSeqID           int64           `msgpack:"next_seq_id" json:"next_seq_id"` // authoritative in the run's Head; GetRun fills it in
-	SamplerID           string          `msgpack:"sampler_id" json:"sampler_id,omitempty"`
-	LatestWeightVersion int64           `msgpack:"latest_weight_version" json:"latest_weight_version"`
-	ErrorCode           string          `msgpack:"error_code" json:"error_code,omitempty"`
-	Metadata            json.RawMessage `msgpack:"metadata" json:"metadata,omitempty"`
-	CreatedAt           time.Time       `msgpack:"created_at" json:"created_at"`
-	UpdatedAt           time.Time       `msgpack:"updated_at" json:"updated_at"`
+	ID                  string          `msgpack:"id"`
+	SessionID           string          `msgpack:"session_id"`
+	Tenant              Tenant          `msgpack:"tenant"`
+	RequestID           string          `msgpack:"request_id"`
+	Status              string          `msgpack:"status"`
+	BaseModel           string          `msgpack:"base_model"`
+	ModelRevision       string          `msgpack:"model_revision"`
+	ResourceProfile     string          `msgpack:"resource_profile"`
+	TuningMode          string          `msgpack:"tuning_mode"`
+	LoRA                LoRA            `msgpack:"lora"`
+	CheckpointID        string          `msgpack:"checkpoint_id"`
+	NextSeqID           int64           `msgpack:"next_seq_id"` // authoritative in the run's Head; GetRun fills it in
+	SamplerID           string          `msgpack:"sampler_id"`
+	LatestWeightVersion int64           `msgpack:"latest_weight_version"`
+	ErrorCode           string          `msgpack:"error_code"`
+	Metadata            json.RawMessage `msgpack:"metadata"`
+	CreatedAt           time.Time       `msgpack:"created_at"`
+	UpdatedAt           time.Time       `msgpack:"updated_at"`
 	// StateSeq is the seq_id of the last succeeded operation that changed the
 	// trainer (forward_backward, optim_step, load_state): the trainer state
 	// is the snapshot at SnapshotSeq with every such operation after it
 	// replayed in order.
-	StateSeq    int64 `msgpack:"state_seq" json:"-"`
-	SnapshotSeq int64 `msgpack:"snapshot_seq" json:"-"`
-	Steps       int64 `msgpack:"steps" json:"-"`
+	StateSeq    int64 `msgpack:"state_seq"`
+	SnapshotSeq int64 `msgpack:"snapshot_seq"`
+	Steps       int64 `msgpack:"steps"`
 	// Retired: the run's artifact prefix was removed (retire).
-	Retired bool `msgpack:"retired" json:"-"`
+	Retired bool `msgpack:"retired"`
 	// WeightsSeq is the StateSeq at which LatestWeightVersion was saved: a
 	// run-scoped sample saves a new version only when the trainer moved.
-	WeightsSeq int64 `msgpack:"weights_seq" json:"-"`
+	WeightsSeq int64 `msgpack:"weights_seq"`
 }
 
 // SameRecord reports whether r and o hold the same run record, the next
@@ -134,40 +134,40 @@ func CreateRun(tx Tx, r *Run) error {
 
 // Operation is one submitted primitive of a run.
 type Operation struct {
-	ID                string          `msgpack:"id" json:"id"`
-	SessionID         string          `msgpack:"session_id" json:"session_id"`
-	RunID             string          `msgpack:"run_id" json:"run_id"`
-	SeqID             int64           `msgpack:"seq_id" json:"seq_id"`
-	Kind              string          `msgpack:"kind" json:"kind"`
-	Status            string          `msgpack:"status" json:"status"`
-	Result            json.RawMessage `msgpack:"result" json:"result"`
-	ErrorCode         *string         `msgpack:"error_code" json:"error_code"`
-	ErrorMessage      *string         `msgpack:"error_message" json:"error_message"`
-	Progress          json.RawMessage `msgpack:"progress" json:"progress"`
-	ProgressUpdatedAt *time.Time      `msgpack:"progress_updated_at" json:"progress_updated_at"`
-	CreatedAt         time.Time       `msgpack:"created_at" json:"created_at"`
-	UpdatedAt         time.Time       `msgpack:"updated_at" json:"updated_at"`
+	ID                string          `msgpack:"id"`
+	SessionID         string          `msgpack:"session_id"`
+	RunID             string          `msgpack:"run_id"`
+	SeqID             int64           `msgpack:"seq_id"`
+	Kind              string          `msgpack:"kind"`
+	Status            string          `msgpack:"status"`
+	Result            json.RawMessage `msgpack:"result"`
+	ErrorCode         *string         `msgpack:"error_code"`
+	ErrorMessage      *string         `msgpack:"error_message"`
+	Progress          json.RawMessage `msgpack:"progress"`
+	ProgressUpdatedAt *time.Time      `msgpack:"progress_updated_at"`
+	CreatedAt         time.Time       `msgpack:"created_at"`
+	UpdatedAt         time.Time       `msgpack:"updated_at"`
 
-	IdempotencyKey string          `msgpack:"idempotency_key" json:"-"`
-	RequestHash    string          `msgpack:"request_hash" json:"-"`
-	Payload        json.RawMessage `msgpack:"payload" json:"-"`
+	IdempotencyKey string          `msgpack:"idempotency_key"`
+	RequestHash    string          `msgpack:"request_hash"`
+	Payload        json.RawMessage `msgpack:"payload"`
 	// Usage is what the operation used, written with its outcome: inside
 	// the operation record, so that recording an outcome rewrites one
 	// record, not one per meter.
-	Usage []Usage `msgpack:"usage,omitempty" json:"-"`
+	Usage []Usage `msgpack:"usage,omitempty"`
 	// Attempts counts the starts the node died under (a crash while it was
 	// executing): the operation runs again after each, up to a limit.
-	Attempts int64 `msgpack:"attempts,omitempty" json:"-"`
+	Attempts int64 `msgpack:"attempts,omitempty"`
 }
 
 // Metric is the step record of one forward_backward or optim_step.
 type Metric struct {
-	SeqID      int64              `msgpack:"seq_id" json:"seq_id"`
-	Kind       string             `msgpack:"kind" json:"kind"`
-	Step       int64              `msgpack:"step" json:"step"`
-	Values     map[string]float64 `msgpack:"values" json:"metrics"`
-	DurationMS float64            `msgpack:"duration_ms" json:"duration_ms"`
-	CreatedAt  time.Time          `msgpack:"created_at" json:"created_at"`
+	SeqID      int64              `msgpack:"seq_id"`
+	Kind       string             `msgpack:"kind"`
+	Step       int64              `msgpack:"step"`
+	Values     map[string]float64 `msgpack:"values"`
+	DurationMS float64            `msgpack:"duration_ms"`
+	CreatedAt  time.Time          `msgpack:"created_at"`
 }
 
 // Usage is one usage component: what one operation used of one meter, and
@@ -175,17 +175,17 @@ type Metric struct {
 // leaves out the ids and provider, which are the operation's and its
 // session's; readers fill them in.
 type Usage struct {
-	SessionID        string     `msgpack:"session_id,omitempty" json:"session_id"`
-	RunID            string     `msgpack:"run_id,omitempty" json:"run_id"`
-	OperationID      string     `msgpack:"operation_id,omitempty" json:"operation_id"`
-	Provider         string     `msgpack:"provider,omitempty" json:"provider"`
-	Meter            string     `msgpack:"meter" json:"meter"`
-	Quantity         int64      `msgpack:"quantity" json:"quantity"`
-	Unit             string     `msgpack:"unit" json:"unit"`
-	CostMicroUSD     int64      `msgpack:"cost_microusd" json:"cost_microusd"`
-	SettlementStatus string     `msgpack:"settlement_status" json:"settlement_status"`
-	ObservedAt       time.Time  `msgpack:"observed_at" json:"observed_at"`
-	SettledAt        *time.Time `msgpack:"settled_at" json:"settled_at"`
+	SessionID        string     `msgpack:"session_id,omitempty"`
+	RunID            string     `msgpack:"run_id,omitempty"`
+	OperationID      string     `msgpack:"operation_id,omitempty"`
+	Provider         string     `msgpack:"provider,omitempty"`
+	Meter            string     `msgpack:"meter"`
+	Quantity         int64      `msgpack:"quantity"`
+	Unit             string     `msgpack:"unit"`
+	CostMicroUSD     int64      `msgpack:"cost_microusd"`
+	SettlementStatus string     `msgpack:"settlement_status"`
+	ObservedAt       time.Time  `msgpack:"observed_at"`
+	SettledAt        *time.Time `msgpack:"settled_at"`
 }
 
 // SeqKey is the key of a run's record with sequence number seq: the run id
@@ -205,13 +205,13 @@ func IdemKey(runID, key string) []byte {
 // Output is what a checkpoint and an artifact share: who owns it, the run
 // operation that made it, and whether it is still there.
 type Output struct {
-	ID        string    `msgpack:"id" json:"id"`
-	Tenant    Tenant    `msgpack:"tenant" json:"-"`
-	SessionID string    `msgpack:"session_id" json:"session_id"`
-	RunID     string    `msgpack:"run_id" json:"run_id"`
-	SeqID     int64     `msgpack:"seq_id" json:"seq_id"`
-	Status    string    `msgpack:"status" json:"status"` // available, or retired with its run
-	CreatedAt time.Time `msgpack:"created_at" json:"created_at"`
+	ID        string    `msgpack:"id"`
+	Tenant    Tenant    `msgpack:"tenant"`
+	SessionID string    `msgpack:"session_id"`
+	RunID     string    `msgpack:"run_id"`
+	SeqID     int64     `msgpack:"seq_id"`
+	Status    string    `msgpack:"status"` // available, or retired with its run
+	CreatedAt time.Time `msgpack:"created_at"`
 }
 
 // Checkpoint is a trainer state saved by save_state: the adapter (as a PEFT
@@ -219,27 +219,28 @@ type Output struct {
 // Accumulated gradients are not part of it.
 type Checkpoint struct {
 	Output        `msgpack:",inline"`
-	Name          string `msgpack:"name" json:"name,omitempty"`
-	BaseModel     string `msgpack:"base_model" json:"base_model"`
-	ModelRevision string `msgpack:"model_revision" json:"model_revision"`
-	LoRA          LoRA   `msgpack:"lora" json:"lora"`
-	Step          int64  `msgpack:"step" json:"step"` // optimizer steps taken
-	SizeBytes     int64  `msgpack:"size_bytes" json:"size_bytes"`
+	Name          string `msgpack:"name"`
+	BaseModel     string `msgpack:"base_model"`
+	ModelRevision string `msgpack:"model_revision"`
+	LoRA          LoRA   `msgpack:"lora"`
+	Step          int64  `msgpack:"step"` // optimizer steps taken
+	SizeBytes     int64  `msgpack:"size_bytes"`
 }
 
 // Artifact is an exported adapter: a folder of files on the artifact
 // volume, downloadable through signed URLs.
 type Artifact struct {
 	Output       `msgpack:",inline"`
-	CheckpointID string         `msgpack:"checkpoint_id" json:"checkpoint_id,omitempty"`
-	Kind         string         `msgpack:"kind" json:"kind"`
-	Checksum     string         `msgpack:"checksum" json:"checksum"`
-	SizeBytes    int64          `msgpack:"size_bytes" json:"size_bytes"`
-	ExportMode   string         `msgpack:"export_mode" json:"export_mode"`
-	Files        []ArtifactFile `msgpack:"files" json:"files"`
+	CheckpointID string         `msgpack:"checkpoint_id"`
+	Kind         string         `msgpack:"kind"`
+	Checksum     string         `msgpack:"checksum"`
+	SizeBytes    int64          `msgpack:"size_bytes"`
+	ExportMode   string         `msgpack:"export_mode"`
+	Files        []ArtifactFile `msgpack:"files"`
 }
 
-// ArtifactFile is one file of an artifact.
+// ArtifactFile is one file of an artifact. Its JSON shape is a merged
+// folder's manifest file's, and the API shows the same.
 type ArtifactFile struct {
 	Path      string `msgpack:"path" json:"path"`
 	SizeBytes int64  `msgpack:"size_bytes" json:"size_bytes"`
@@ -248,37 +249,37 @@ type ArtifactFile struct {
 
 // Export is the publication of an artifact to a model hub repository.
 type Export struct {
-	ID               string    `msgpack:"id" json:"id"`
-	Tenant           Tenant    `msgpack:"tenant" json:"-"`
-	RequestID        string    `msgpack:"request_id" json:"-"`
-	RunID            string    `msgpack:"run_id" json:"run_id"`
-	ArtifactID       string    `msgpack:"artifact_id" json:"artifact_id"`
-	Status           string    `msgpack:"status" json:"status"`
-	ResultArtifactID string    `msgpack:"result_artifact_id" json:"result_artifact_id,omitempty"`
-	Repo             string    `msgpack:"repo" json:"repo"`
-	Revision         string    `msgpack:"revision" json:"revision"`
-	Private          bool      `msgpack:"private" json:"private"`
-	CredentialID     string    `msgpack:"credential_id" json:"-"`
-	CommitOID        string    `msgpack:"commit_oid" json:"commit_oid,omitempty"`
-	ErrorCode        string    `msgpack:"error_code" json:"error_code,omitempty"`
-	ErrorMessage     string    `msgpack:"error_message" json:"error_message,omitempty"`
-	CreatedAt        time.Time `msgpack:"created_at" json:"created_at"`
-	UpdatedAt        time.Time `msgpack:"updated_at" json:"updated_at"`
+	ID               string    `msgpack:"id"`
+	Tenant           Tenant    `msgpack:"tenant"`
+	RequestID        string    `msgpack:"request_id"`
+	RunID            string    `msgpack:"run_id"`
+	ArtifactID       string    `msgpack:"artifact_id"`
+	Status           string    `msgpack:"status"`
+	ResultArtifactID string    `msgpack:"result_artifact_id"`
+	Repo             string    `msgpack:"repo"`
+	Revision         string    `msgpack:"revision"`
+	Private          bool      `msgpack:"private"`
+	CredentialID     string    `msgpack:"credential_id"`
+	CommitOID        string    `msgpack:"commit_oid"`
+	ErrorCode        string    `msgpack:"error_code"`
+	ErrorMessage     string    `msgpack:"error_message"`
+	CreatedAt        time.Time `msgpack:"created_at"`
+	UpdatedAt        time.Time `msgpack:"updated_at"`
 }
 
 // Sampler is a run's sampler: it serves sample and logprobs operations, in
 // its own seq_id order, on the run's saved weights (a weight version).
 type Sampler struct {
-	ID                  string    `msgpack:"id" json:"id"`
-	Tenant              Tenant    `msgpack:"tenant" json:"-"`
-	SessionID           string    `msgpack:"session_id" json:"session_id"`
-	RunID               string    `msgpack:"run_id" json:"run_id"`
-	BaseModel           string    `msgpack:"base_model" json:"-"`
-	Status              string    `msgpack:"status" json:"status"`
-	SyncedWeightVersion int64     `msgpack:"synced_weight_version" json:"synced_weight_version"`
-	NextSeqID           int64     `msgpack:"next_seq_id" json:"next_seq_id"` // authoritative in the sampler's Head
-	ErrorCode           string    `msgpack:"error_code" json:"error_code,omitempty"`
-	LastActivityAt      time.Time `msgpack:"last_activity_at" json:"last_activity_at"`
-	CreatedAt           time.Time `msgpack:"created_at" json:"created_at"`
-	UpdatedAt           time.Time `msgpack:"updated_at" json:"updated_at"`
+	ID                  string    `msgpack:"id"`
+	Tenant              Tenant    `msgpack:"tenant"`
+	SessionID           string    `msgpack:"session_id"`
+	RunID               string    `msgpack:"run_id"`
+	BaseModel           string    `msgpack:"base_model"`
+	Status              string    `msgpack:"status"`
+	SyncedWeightVersion int64     `msgpack:"synced_weight_version"`
+	NextSeqID           int64     `msgpack:"next_seq_id"` // authoritative in the sampler's Head
+	ErrorCode           string    `msgpack:"error_code"`
+	LastActivityAt      time.Time `msgpack:"last_activity_at"`
+	CreatedAt           time.Time `msgpack:"created_at"`
+	UpdatedAt           time.Time `msgpack:"updated_at"`
 }

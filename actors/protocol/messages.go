@@ -55,9 +55,9 @@ type NewSession struct {
 // Session is a session as the API shows it: its record and its lease.
 type Session struct {
 	persistence.Session
-	LeaseEpoch     int64     `json:"lease_epoch"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at"`
-	IdleTTLSeconds int64     `json:"idle_ttl_s"`
+	LeaseEpoch     int64
+	LeaseExpiresAt time.Time
+	IdleTTLSeconds int64
 }
 
 // SessionView is ss with its lease l, as the API shows it.
@@ -118,9 +118,9 @@ type NewExport struct {
 // ExportReply is an export as the API shows it: with the published artifact
 // once the export has succeeded, without it before.
 type ExportReply struct {
-	Export   *persistence.Export   `json:"export"`
-	Artifact *persistence.Artifact `json:"artifact,omitempty"`
-	Mode     string                `json:"mode"`
+	Export   *persistence.Export
+	Artifact *persistence.Artifact
+	Mode     string
 }
 
 // What exports and downloads name.

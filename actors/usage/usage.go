@@ -137,14 +137,14 @@ const CostPending = "cost_pending"
 
 // Cost is a session's cost status.
 type Cost struct {
-	SessionID string `json:"session_id"`
+	SessionID string
 	// EstimatedMaxMicroUSD is every component at its list price, pending
 	// ones included: settlement never bills above the list price, so the
 	// final total is at most this.
-	EstimatedMaxMicroUSD int64               `json:"estimated_max_microusd"`
-	SettlementStatus     string              `json:"settlement_status"`
-	TotalMicroUSD        any                 `json:"total_microusd"` // int64, or CostPending
-	Components           []persistence.Usage `json:"components"`
+	EstimatedMaxMicroUSD int64
+	SettlementStatus     string
+	TotalMicroUSD        any // int64, or CostPending
+	Components           []persistence.Usage
 }
 
 // CostOf sums a session's usage: a total once every component is settled,
