@@ -114,19 +114,17 @@ func TestIdleSamplerReleased(t *testing.T) {
 		}
 		return sm.Status
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for status() != states.SamplerReady {
-		if time.Now().After(deadline) {
-			t.Fatalf("sampler %s after the weights were saved", status())
-		}
-		time.Sleep(5 * time.Millisecond)
+	// A first operation, answered after the sync that made the sampler
+	// ready, which armed its idle reminder.
+	if op := nodetest.Wait(t, s, submitTo(t, s, sid, 1, payload.Sample, sample(1)).ID); op.Status != states.OpSucceeded {
+		t.Fatalf("a sample at the synced version: %s %v", op.Status, op.ErrorMessage)
 	}
 	offset.Add(int64(11 * time.Minute)) // past the default idle time
 	s.Node().Reminders.Due()
 	if st := status(); st != states.SamplerAbsent {
 		t.Fatalf("an idle sampler is %s", st)
 	}
-	op := nodetest.Wait(t, s, submitTo(t, s, sid, 1, payload.Sample, sample(1)).ID)
+	op := nodetest.Wait(t, s, submitTo(t, s, sid, 2, payload.Sample, sample(1)).ID)
 	if op.Status != states.OpSucceeded || status() != states.SamplerReady {
 		t.Fatalf("the first operation after the release: %s %v, sampler %s", op.Status, op.ErrorMessage, status())
 	}
