@@ -4,7 +4,7 @@ import "time"
 
 // epochFence is an executor's fence: the newest activation epoch it has
 // seen from each grain. A grain's activation bumps its epoch in the store
-// (takeLease), so a command from an older epoch comes from an activation
+// (oplog.Owner.TakeLease), so a command from an older epoch comes from an activation
 // that has been replaced (a restart, a move, a grain that re-activated
 // after a panic): the executor refuses it rather than run or cancel work on
 // a state the grain no longer holds. Its owner serialises access.
