@@ -12,24 +12,6 @@ import (
 // Reads go straight to the store: it holds only committed state, which is
 // exactly what a caller may see, and polling never queues behind a grain.
 
-// get reads one record owned by tenant t; another tenant's record is "not
-// found", never "forbidden", so ids leak nothing.
-func get[T any](s *System, what, id string, t persistence.Tenant, read func(persistence.Tx, string, *T) (bool, error), owner func(*T) persistence.Tenant) (*T, error) {
-	v := new(T)
-	var ok bool
-	err := s.n.Store.View(func(tx persistence.Tx) (err error) {
-		ok, err = read(tx, id, v)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !ok || owner(v) != t {
-		return nil, protocol.NotFound(what, id)
-	}
-	return v, nil
-}
-
 // GetSession reads a session with its lease.
 func (s *System) GetSession(t persistence.Tenant, id string) (*protocol.Session, error) {
 	read := func(tx persistence.Tx, id string, v *protocol.Session) (bool, error) {
@@ -43,12 +25,12 @@ func (s *System) GetSession(t persistence.Tenant, id string) (*protocol.Session,
 		}
 		return true, err
 	}
-	return get(s, "session", id, t, read, func(v *protocol.Session) persistence.Tenant { return v.Tenant })
+	return protocol.Owned(s.n.Store, "session", id, t, read, func(v *protocol.Session) persistence.Tenant { return v.Tenant })
 }
 
 // GetRun reads a run.
 func (s *System) GetRun(t persistence.Tenant, id string) (*persistence.Run, error) {
-	return get(s, "run", id, t, persistence.GetRun, func(v *persistence.Run) persistence.Tenant { return v.Tenant })
+	return protocol.Owned(s.n.Store, "run", id, t, persistence.GetRun, func(v *persistence.Run) persistence.Tenant { return v.Tenant })
 }
 
 // GetOperation reads an operation by id alone.
@@ -91,7 +73,7 @@ func (s *System) GetSampler(t persistence.Tenant, id string) (*persistence.Sampl
 		}
 		return ok, err
 	}
-	return get(s, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
+	return protocol.Owned(s.n.Store, "sampler", id, t, read, func(v *persistence.Sampler) persistence.Tenant { return v.Tenant })
 }
 
 // GetCheckpoint reads a checkpoint of tenant t.

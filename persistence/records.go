@@ -111,6 +111,9 @@ type Head struct {
 	NextSeqID int64  `msgpack:"next_seq_id"`
 }
 
+// GetSession reads the session id.
+func GetSession(tx Tx, id string, s *Session) (bool, error) { return tx.Get(Sessions, []byte(id), s) }
+
 // GetRun reads the run id, its next seq_id included.
 func GetRun(tx Tx, id string, r *Run) (bool, error) {
 	if ok, err := tx.Get(Runs, []byte(id), r); !ok || err != nil {

@@ -252,14 +252,6 @@ func (s *Exports) publish(ctx context.Context, id string) error {
 
 // ownRun refuses a run that is not tenant t's.
 func ownRun(st persistence.Store, t persistence.Tenant, id string) error {
-	var r persistence.Run
-	var ok bool
-	err := st.View(func(tx persistence.Tx) (err error) {
-		ok, err = tx.Get(persistence.Runs, []byte(id), &r)
-		return err
-	})
-	if err == nil && (!ok || r.Tenant != t) {
-		err = protocol.NotFound("run", id)
-	}
+	_, err := protocol.Owned(st, "run", id, t, persistence.GetRun, func(r *persistence.Run) persistence.Tenant { return r.Tenant })
 	return err
 }

@@ -58,7 +58,7 @@ func TestLiveLimits(t *testing.T) {
 		}
 	}
 	if err := c.Open("a", Sessions); code(err) != CodeLimitExceeded {
-		t.Fatalf("a third session: %v", err)
+		t.Fatalf("a session past the limit of two: %v", err)
 	}
 	if err := c.Open("a", Runs); err != nil {
 		t.Fatalf("a run beside the sessions: %v", err)

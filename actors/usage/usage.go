@@ -45,16 +45,7 @@ func PricesOf(st persistence.Store, cached **Prices, t persistence.Tenant, sessi
 
 // session reads tenant t's session id.
 func session(st persistence.Store, t persistence.Tenant, id string) (*persistence.Session, error) {
-	ss := new(persistence.Session)
-	var ok bool
-	err := st.View(func(tx persistence.Tx) (err error) {
-		ok, err = tx.Get(persistence.Sessions, []byte(id), ss)
-		return err
-	})
-	if err == nil && (!ok || ss.Tenant != t) {
-		err = protocol.NotFound("session", id)
-	}
-	return ss, err
+	return protocol.Owned(st, "session", id, t, persistence.GetSession, func(s *persistence.Session) persistence.Tenant { return s.Tenant })
 }
 
 // Record sets the usage components of an executed operation. trainer
