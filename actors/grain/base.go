@@ -51,8 +51,10 @@ type idleCheck struct{}
 // Handle is a grain's Receive: on activation it recovers (activate) and
 // moves on (resume, if any); a call goes to its method's handler, or is
 // answered with the activation's failure. An activation that failed
-// answers the calls already waiting, then leaves: the next call tries
-// again. A handler that panics fails its call, and the grain starts over
+// answers the next call with its failure, then leaves, so that the call
+// after it tries again (leaving at once would race the call that
+// activated it, which would then find no activation, again and again). A
+// handler that panics fails its call, and the grain starts over
 // from its durable state.
 func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 	switch m := ctx.Message().(type) {
@@ -62,10 +64,6 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 			resume()
 		}
 		b.account()
-		if b.Err != nil {
-			ctx.Poison(ctx.Self())
-			return
-		}
 		b.last = time.Now()
 		b.passivateIfIdle(ctx)
 	case idleCheck:
@@ -105,6 +103,9 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 			}
 			return resp, err
 		})
+		if b.Err != nil {
+			ctx.Poison(ctx.Self())
+		}
 	}
 }
 
@@ -113,7 +114,7 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 // it next could be.
 func (b *Base) passivateIfIdle(ctx actor.Context) {
 	wait := b.RT.Idle - time.Since(b.last)
-	if wait <= 0 && (b.Idle == nil || b.Idle()) {
+	if wait <= 0 && (b.Err != nil || b.Idle == nil || b.Idle()) {
 		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
 		return
 	}
