@@ -1,8 +1,7 @@
 // Package cluster places the service's grains (virtual actors) on members.
-// Today a node's members are fixed when it starts: Static is the
-// ClusterProvider that announces this member and the peers it was given
-// (none for a single node). The memberlist provider will sit beside it, so
-// callers build a cluster with Start and never see which provider runs it.
+// Two ClusterProviders find the members: Gossip (hashicorp/memberlist), for
+// nodes that join and leave, and Static, whose members are fixed when it
+// starts (a single node, or tests). Callers build a cluster with Start.
 package cluster
 
 import (
@@ -27,20 +26,35 @@ type Config struct {
 	Host           string        // address the remote listens on
 	Port           int           // 0: any free port
 	RequestTimeout time.Duration // one grain request, before protoactor retries
-	// Peers are the other members, known in advance (none: a cluster of
-	// one).
-	Peers []*pcluster.Member
+	// Gossip, when set, finds the members; otherwise Peers are the other
+	// members, known in advance (none: a cluster of one).
+	Gossip *Gossip
+	Peers  []*pcluster.Member
 }
 
 // Start joins the actor system to a cluster with the given grain kinds and
 // returns once this member hosts them.
-func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (*pcluster.Cluster, error) {
+func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pcluster.Cluster, err error) {
 	rc := remote.Configure(cfg.Host, cfg.Port,
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
-	cc := pcluster.Configure(cfg.Name, &Static{Peers: cfg.Peers}, disthash.New(), rc,
+	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
+	if cfg.Gossip != nil {
+		provider = cfg.Gossip
+	}
+	cc := pcluster.Configure(cfg.Name, provider, disthash.New(), rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))
-	c := pcluster.New(sys, cc)
+	c = pcluster.New(sys, cc)
+	defer func() {
+		// protoactor panics when the provider cannot start (a join that
+		// found nobody, a gossip port taken).
+		if p := recover(); p != nil {
+			if c.Remote != nil {
+				c.Remote.Shutdown(false)
+			}
+			c, err = nil, fmt.Errorf("cluster %s: %v", cfg.Name, p)
+		}
+	}()
 	c.StartMember()
 	if len(c.MemberList.Members().Members()) == 0 {
 		return nil, fmt.Errorf("cluster %s: this member did not join", cfg.Name)

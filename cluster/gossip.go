@@ -1,0 +1,279 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/hashicorp/memberlist"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Capacity is what a node offers its grains' executors: announced in its
+// membership metadata, read by placement.
+type Capacity struct {
+	Threads   int   `msgpack:"t"`            // CPU threads the engine uses
+	GPUs      int   `msgpack:"g,omitempty"`  // devices beside the CPU
+	GPUMemory int64 `msgpack:"gm,omitempty"` // bytes, all GPUs together
+}
+
+// Node is one member as its metadata announces it.
+type Node struct {
+	ID       string   `msgpack:"i"` // the actor system's id (protoactor's member id)
+	Host     string   `msgpack:"h"` // its actor remote
+	Port     int      `msgpack:"p"`
+	Kinds    []string `msgpack:"k"`
+	Capacity Capacity `msgpack:"c"`
+	// Store is where the node serves the cluster's shared store to the
+	// others ("" when it serves none).
+	Store string `msgpack:"s,omitempty"`
+	// Gossip is the node's memberlist address (from memberlist, not the
+	// metadata).
+	Gossip string `msgpack:"-"`
+}
+
+// GossipConfig configures membership by gossip (hashicorp/memberlist's
+// SWIM): how this node is found and whom it joins.
+type GossipConfig struct {
+	Bind      string   // host:port the gossip listens on (UDP and TCP); port 0: any free one
+	Advertise string   // host:port the others reach it at ("": Bind)
+	Join      []string // members to join (none: this node starts a cluster)
+	Capacity  Capacity
+	Store     string // see Node.Store
+	Log       *slog.Logger
+}
+
+// Membership timing. A node that stops answering is suspected after a
+// failed probe (ProbeInterval, ProbeTimeout, indirect probes through
+// others) and declared dead when its suspicion times out: between
+// suspicionMult·ProbeInterval and suspicionMaxMult times that, shorter the
+// more members confirm it. Health awareness may stretch the probe interval
+// of a node that is itself slow, at most awarenessMax times. So a dead
+// member leaves the topology within DeadWithin, the bound docs/cluster.md
+// states.
+const (
+	probeInterval    = time.Second
+	probeTimeout     = 500 * time.Millisecond
+	suspicionMult    = 2
+	suspicionMaxMult = 2
+	awarenessMax     = 2
+	DeadWithin       = awarenessMax*probeInterval + probeTimeout + suspicionMaxMult*suspicionMult*probeInterval + republishEvery
+	// republishEvery is how often the member list is published to
+	// protoactor again, events or not.
+	republishEvery = time.Second
+	leaveTimeout   = 5 * time.Second
+)
+
+// metaLimit is memberlist's bound on a node's metadata.
+const metaLimit = memberlist.MetaMaxSize
+
+// Gossip is a protoactor ClusterProvider whose members come from
+// hashicorp/memberlist: each node's metadata carries its actor address,
+// kinds and capacity, and the member list is published to protoactor on
+// every join, leave and update, and on a timer.
+type Gossip struct {
+	cfg     GossipConfig
+	log     *slog.Logger
+	ml      *memberlist.Memberlist
+	c       *pcluster.Cluster
+	meta    []byte
+	changed chan struct{} // a membership event to publish (buffered: one pending)
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// NewGossip returns a provider with the given configuration.
+func NewGossip(cfg GossipConfig) *Gossip {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), changed: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// StartMember starts gossip with this member's metadata, joins the given
+// members and publishes the member list before it returns.
+func (g *Gossip) StartMember(c *pcluster.Cluster) error {
+	g.c = c
+	host, port, err := c.ActorSystem.GetHostPort()
+	if err != nil {
+		return fmt.Errorf("member address: %w", err)
+	}
+	self := Node{ID: c.ActorSystem.ID, Host: host, Port: port, Kinds: c.GetClusterKinds(), Capacity: g.cfg.Capacity, Store: g.cfg.Store}
+	if g.meta, err = msgpack.Marshal(self); err != nil {
+		return fmt.Errorf("member metadata: %w", err)
+	}
+	if len(g.meta) > metaLimit {
+		return fmt.Errorf("member metadata is %d bytes, memberlist carries %d", len(g.meta), metaLimit)
+	}
+	mc, err := g.config(self.ID)
+	if err != nil {
+		return err
+	}
+	if g.ml, err = memberlist.Create(mc); err != nil {
+		return fmt.Errorf("gossip on %s: %w", g.cfg.Bind, err)
+	}
+	if len(g.cfg.Join) > 0 {
+		if _, err := g.ml.Join(g.cfg.Join); err != nil {
+			_ = g.ml.Shutdown()
+			return fmt.Errorf("join %v: %w", g.cfg.Join, err)
+		}
+	}
+	g.publish()
+	go g.loop()
+	g.log.Info("gossip started", "gossip", g.Addr(), "joined", g.cfg.Join, "members", g.ml.NumMembers())
+	return nil
+}
+
+func (g *Gossip) config(name string) (*memberlist.Config, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = name
+	host, port, err := splitHostPort(g.cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("gossip address %q: %w", g.cfg.Bind, err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	if g.cfg.Advertise != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitHostPort(g.cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("advertised gossip address %q: %w", g.cfg.Advertise, err)
+		}
+	}
+	mc.ProbeInterval, mc.ProbeTimeout = probeInterval, probeTimeout
+	mc.SuspicionMult, mc.SuspicionMaxTimeoutMult, mc.AwarenessMaxMultiplier = suspicionMult, suspicionMaxMult, awarenessMax
+	mc.Delegate, mc.Events = delegate{g}, events{g}
+	mc.Logger = slog.NewLogLogger(g.log.Handler(), slog.LevelDebug)
+	mc.LogOutput = nil
+	return mc, nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q", p)
+	}
+	return host, port, nil
+}
+
+// Addr is the address others join this node at.
+func (g *Gossip) Addr() string {
+	n := g.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// loop publishes the member list on every event and on a timer, and ends
+// gossip (without a leave: as a crash would) once the actor system has
+// stopped without a graceful Shutdown.
+func (g *Gossip) loop() {
+	defer close(g.done)
+	tick := time.NewTicker(republishEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.changed:
+		case <-tick.C:
+			if g.c.ActorSystem.IsStopped() {
+				g.log.Warn("actor system stopped: gossip ends without a leave")
+				_ = g.ml.Shutdown()
+				return
+			}
+		}
+		g.publish()
+	}
+}
+
+// publish hands the live members to protoactor.
+func (g *Gossip) publish() {
+	nodes := g.Nodes()
+	members := make([]*pcluster.Member, 0, len(nodes))
+	for _, n := range nodes {
+		members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
+	}
+	g.c.MemberList.UpdateClusterTopology(members)
+}
+
+// Nodes are the live members (this one included) whose metadata reads.
+func (g *Gossip) Nodes() []Node {
+	var out []Node
+	for _, m := range g.ml.Members() {
+		var n Node
+		if err := msgpack.Unmarshal(m.Meta, &n); err != nil || n.ID == "" {
+			g.log.Warn("member with unreadable metadata", "member", m.Name, "addr", m.Address(), "err", err)
+			continue
+		}
+		n.Gossip = m.Address()
+		out = append(out, n)
+	}
+	return out
+}
+
+// StartClient is refused: every process that joins hosts grains.
+func (*Gossip) StartClient(*pcluster.Cluster) error {
+	return errors.New("a gossip cluster has no clients")
+}
+
+// Shutdown leaves the cluster: graceful, the others are told at once;
+// otherwise they find the node dead (DeadWithin).
+func (g *Gossip) Shutdown(graceful bool) error {
+	var err error
+	g.once.Do(func() {
+		close(g.stop)
+		<-g.done
+		if graceful {
+			if err = g.ml.Leave(leaveTimeout); err != nil {
+				err = fmt.Errorf("leave: %w", err)
+			}
+		}
+		if e := g.ml.Shutdown(); e != nil && err == nil {
+			err = fmt.Errorf("gossip shutdown: %w", e)
+		}
+	})
+	return err
+}
+
+// kick asks loop to publish (never blocks: memberlist calls the event
+// delegates with its node lock held, and one pending publish reads every
+// change).
+func (g *Gossip) kick() {
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
+}
+
+// delegate gives memberlist this node's metadata; the node sends no user
+// messages or state of its own.
+type delegate struct{ g *Gossip }
+
+func (d delegate) NodeMeta(int) []byte           { return d.g.meta }
+func (delegate) NotifyMsg([]byte)                {}
+func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (delegate) LocalState(bool) []byte          { return nil }
+func (delegate) MergeRemoteState([]byte, bool)   {}
+
+// events publishes the member list on every change.
+type events struct{ g *Gossip }
+
+func (e events) NotifyJoin(n *memberlist.Node) {
+	e.g.log.Info("member joined", "member", n.Name, "gossip", n.Address())
+	e.g.kick()
+}
+
+func (e events) NotifyLeave(n *memberlist.Node) {
+	e.g.log.Info("member left", "member", n.Name, "gossip", n.Address(), "state", n.State)
+	e.g.kick()
+}
+
+func (e events) NotifyUpdate(*memberlist.Node) { e.g.kick() }
