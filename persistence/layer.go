@@ -187,9 +187,10 @@ func (l *layer) apply(tx *bolt.Tx) error {
 	return nil
 }
 
-// checkKey refuses what the store file would refuse at a checkpoint, when
-// the writer can still be told.
-func checkKey(key []byte, val int) error {
+// CheckKey refuses a key or value that the store file would refuse at a
+// checkpoint, when the writer can still be told. Every Store applies it, so
+// that a record can move between them.
+func CheckKey(key []byte, val int) error {
 	switch {
 	case len(key) == 0:
 		return bolt.ErrKeyRequired
@@ -258,7 +259,7 @@ func decodeLayer(p []byte) (*layer, error) {
 			}
 			e.val = v
 		}
-		if err := checkKey(k, len(v)); err != nil {
+		if err := CheckKey(k, len(v)); err != nil {
 			return nil, fmt.Errorf("%w: %v", errBadRecord, err)
 		}
 		l.set(Bucket(b), string(k), e)

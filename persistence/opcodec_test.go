@@ -107,7 +107,7 @@ func BenchmarkOperationEncoding(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := marshal(c.v); err != nil {
+				if _, err := Marshal(c.v); err != nil {
 					b.Fatal(err)
 				}
 			}

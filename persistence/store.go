@@ -672,7 +672,7 @@ func (t *localTx) Put(b Bucket, key []byte, v any) error {
 
 // PutBytes is Put, returning the stored bytes (never changed afterwards).
 func (t *localTx) PutBytes(b Bucket, key []byte, v any) ([]byte, error) {
-	raw, err := marshal(v)
+	raw, err := Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s/%q: %w", b, key, err)
 	}
@@ -688,7 +688,7 @@ func (t *localTx) set(b Bucket, key []byte, e entry) error {
 	if t.own == nil {
 		return bolt.ErrTxNotWritable
 	}
-	if err := checkKey(key, len(e.val)); err != nil {
+	if err := CheckKey(key, len(e.val)); err != nil {
 		return fmt.Errorf("%s/%q: %w", b, key, err)
 	}
 	t.own.set(b, string(key), e)
@@ -760,8 +760,9 @@ var encoders = sync.Pool{New: func() any {
 	return e
 }}
 
-// marshal is msgpack.Marshal into a reused buffer, copied out at its size.
-func marshal(v any) ([]byte, error) {
+// Marshal encodes a record as every store keeps it: msgpack, into a reused
+// buffer copied out at its size (an Operation by its own codec).
+func Marshal(v any) ([]byte, error) {
 	if op, ok := v.(*Operation); ok {
 		return op.marshal(), nil
 	}

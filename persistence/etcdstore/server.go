@@ -1,0 +1,159 @@
+package etcdstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.uber.org/zap"
+)
+
+// ServerConfig is one voter of the cluster's etcd, embedded in a node.
+type ServerConfig struct {
+	Name   string // the member's name, the same at every restart
+	Dir    string // its data (the node's own disk)
+	Peer   string // host:port the other voters reach it at (raft)
+	Client string // host:port clients reach it at
+	// Join lists client addresses (host:port) of the running cluster to
+	// join as a new voter; none starts a new cluster of one. A member
+	// with data in Dir restarts as what it was, whatever Join says.
+	Join []string
+	Log  *slog.Logger
+}
+
+// Server is an embedded etcd voter and a client of it.
+type Server struct {
+	etcd   *embed.Etcd
+	Client *clientv3.Client // in process: no network between the node and its voter
+	URL    string           // the client address others use
+}
+
+// startTimeout bounds how long a voter waits to be ready: to elect a
+// leader, or to catch up with the cluster it joins.
+const startTimeout = 60 * time.Second
+
+// Serve starts the voter and waits until it serves.
+func Serve(cfg ServerConfig) (*Server, error) {
+	ec := embed.NewConfig()
+	ec.Name, ec.Dir = cfg.Name, cfg.Dir
+	peer, err := url.Parse("http://" + cfg.Peer)
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer address %q: %w", cfg.Peer, err)
+	}
+	client, err := url.Parse("http://" + cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client address %q: %w", cfg.Client, err)
+	}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	ec.InitialCluster = cfg.Name + "=" + peer.String()
+	ec.ClusterState = embed.ClusterStateFlagNew
+	ec.MaxTxnOps = 2 * maxTxnOps
+	// Records are small (BlobAbove) and history is never read: keep the
+	// last 10,000 revisions, which outlast any View.
+	ec.AutoCompactionMode, ec.AutoCompactionRetention = "revision", "10000"
+	ec.LogLevel, ec.LogOutputs = "warn", []string{filepath.Join(cfg.Dir, "etcd.log")}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd data folder: %w", err)
+	}
+	restart := memberData(cfg.Dir)
+	if !restart && len(cfg.Join) > 0 {
+		if ec.InitialCluster, err = addMember(cfg, peer.String()); err != nil {
+			return nil, err
+		}
+		ec.ClusterState = embed.ClusterStateFlagExisting
+	}
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd %s: %w", cfg.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd %s: %w", cfg.Name, err)
+	case <-time.After(startTimeout):
+		e.Close()
+		return nil, fmt.Errorf("etcd %s: not ready after %v", cfg.Name, startTimeout)
+	}
+	if cfg.Log != nil {
+		cfg.Log.Info("etcd voter serving", "name", cfg.Name, "client", cfg.Client, "peer", cfg.Peer, "restart", restart, "joined", cfg.Join)
+	}
+	return &Server{etcd: e, Client: v3client.New(e.Server), URL: cfg.Client}, nil
+}
+
+// memberData says whether dir holds a member's data from before.
+func memberData(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "member"))
+	return err == nil
+}
+
+// addMember adds this voter to the running cluster and returns the
+// initial-cluster list it starts with.
+func addMember(cfg ServerConfig, peerURL string) (string, error) {
+	cli, err := Dial(cfg.Join)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	// etcd refuses a voter while one added before it has been connected
+	// for less than its health interval (5 s): a quorum that counted on a
+	// member still catching up would stall.
+	var resp *clientv3.MemberAddResponse
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(250 * time.Millisecond) {
+		c, cancel := ctx()
+		resp, err = cli.MemberAdd(c, []string{peerURL})
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
+			return "", fmt.Errorf("add etcd member %s through %v: %w", cfg.Name, cfg.Join, err)
+		}
+	}
+	var list []string
+	for _, m := range resp.Members {
+		name := m.Name
+		if m.ID == resp.Member.ID {
+			name = cfg.Name
+		}
+		for _, u := range m.PeerURLs {
+			list = append(list, name+"="+u)
+		}
+	}
+	return strings.Join(list, ","), nil
+}
+
+// Dial connects a client to the cluster's voters at the given client
+// addresses (host:port).
+func Dial(addrs []string) (*clientv3.Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("etcd: no address to dial")
+	}
+	eps := make([]string, len(addrs))
+	for i, a := range addrs {
+		eps[i] = "http://" + a
+	}
+	// The client's own log would repeat, in JSON, the errors its calls
+	// return to us.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %v: %w", addrs, err)
+	}
+	return cli, nil
+}
+
+// Close stops the voter (its client first).
+func (s *Server) Close() {
+	s.Client.Close()
+	s.etcd.Close()
+}
