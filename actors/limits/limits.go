@@ -169,3 +169,38 @@ func (a *Counter) Queued() Load {
 	defer a.mu.Unlock()
 	return a.node
 }
+
+// Claim is one live session or run that a store transaction may create:
+// the transaction opens it (Open) and may run more than once (a store
+// runs a writer again when another changed what it read), so it opens
+// once whatever the runs; Keep then closes it unless the creation was
+// stored.
+type Claim struct {
+	c    *Counter
+	org  string
+	what Live
+	held bool
+}
+
+// Claim starts a claim on a live what of org.
+func (a *Counter) Claim(org string, what Live) *Claim { return &Claim{c: a, org: org, what: what} }
+
+// Open opens the claim's count, once, refusing it at the limit.
+func (cl *Claim) Open() error {
+	if cl.held {
+		return nil
+	}
+	if err := cl.c.Open(cl.org, cl.what); err != nil {
+		return err
+	}
+	cl.held = true
+	return nil
+}
+
+// Keep ends the claim: the count stays when stored, and closes otherwise.
+func (cl *Claim) Keep(stored bool) {
+	if cl.held && !stored {
+		cl.c.Close(cl.org, cl.what)
+	}
+	cl.held = false
+}

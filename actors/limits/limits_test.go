@@ -76,3 +76,27 @@ func TestLiveLimits(t *testing.T) {
 		t.Fatalf("the run found at start still counts: %v", err)
 	}
 }
+
+// A claim opens once however often its transaction runs, and closes
+// unless what it counted was stored.
+func TestClaim(t *testing.T) {
+	c := New(Limits{RunQueue: 1, OrgQueue: 1, NodeQueue: 1, QueueBytes: 1, OrgSessions: 2, OrgRuns: 1})
+	cl := c.Claim("o", Sessions)
+	for range 3 { // a transaction run three times
+		if err := cl.Open(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Keep(true)
+	other := c.Claim("o", Sessions)
+	if err := other.Open(); err != nil {
+		t.Fatalf("the second of two sessions: %v", err)
+	}
+	other.Keep(false) // not stored after all
+	if err := c.Claim("o", Sessions).Open(); err != nil {
+		t.Fatalf("a claim not kept still counts: %v", err)
+	}
+	if err := c.Claim("o", Sessions).Open(); err == nil {
+		t.Fatal("a third live session was admitted")
+	}
+}

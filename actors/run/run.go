@@ -79,7 +79,9 @@ func (g *Grain) Receive(ctx actor.Context) {
 // operations queued after it were written against a state that will never
 // exist.
 func (g *Grain) activate() error {
-	return g.N.Store.Update(func(tx persistence.Tx) error {
+	var ended *persistence.Run // ended by this activation
+	err := g.N.Store.Update(func(tx persistence.Tx) error {
+		ended = nil
 		r := new(persistence.Run)
 		if ok, err := tx.Get(persistence.Runs, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
@@ -136,11 +138,15 @@ func (g *Grain) activate() error {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !wasTerminal {
-			g.N.Limits.Close(r.Tenant.Org, limits.Runs) // counted live at start
+			ended = r
 		}
 		g.run = r
 		return nil
 	})
+	if err == nil && ended != nil {
+		g.N.Limits.Close(ended.Tenant.Org, limits.Runs) // counted live at start
+	}
+	return err
 }
 
 // write commits fn's changes to a copy of the run record and, once durable,

@@ -66,8 +66,9 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := persistence.RequestKey(req.Tenant, "session", req.RequestID)
+	claim := n.Limits.Claim(req.Tenant.Org, limits.Sessions)
 	err = n.Store.Update(func(tx persistence.Tx) error {
-		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return n.Limits.Open(req.Tenant.Org, limits.Sessions) })
+		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, claim.Open)
 		created = isNew
 		if err != nil {
 			return err
@@ -81,10 +82,8 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		sess = protocol.SessionView(rec, stored)
 		return err
 	})
+	claim.Keep(err == nil && created)
 	if err != nil {
-		if created { // counted live, but not stored
-			n.Limits.Close(req.Tenant.Org, limits.Sessions)
-		}
 		if e := (*protocol.Error)(nil); errors.As(err, &e) {
 			return nil, false, err
 		}
@@ -264,6 +263,7 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 			os.RemoveAll(filepath.Dir(g.N.Volume.InitialDir(id)))
 		}
 	}()
+	claim := g.N.Limits.Claim(req.Tenant.Org, limits.Runs)
 	_, err = g.update(&req.Tenant, func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		out = protocol.RunReply{}
 		if ss.RunID != "" {
@@ -282,16 +282,14 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 		if err != nil {
 			return err
 		}
-		if err := g.N.Limits.Open(ss.Tenant.Org, limits.Runs); err != nil {
+		if err := claim.Open(); err != nil {
 			return err
 		}
 		ss.RunID = run.ID
 		out = protocol.RunReply{Run: *run, Created: true}
 		return persistence.CreateRun(tx, run)
 	})
-	if err != nil && out.Created {
-		g.N.Limits.Close(req.Tenant.Org, limits.Runs)
-	}
+	claim.Keep(err == nil && out.Created)
 	return &out, err
 }
 
