@@ -8,6 +8,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -76,10 +77,17 @@ type Config struct {
 	// nodes, local ones included: a test mode that drives the remote path
 	// (grain.Router.Wire).
 	Wire bool
+	// Gossip, when set, makes the node a member of a cluster (cluster.Join
+	// started it, and Store is the cluster's): its actor remote listens on
+	// RemoteHost:RemotePort, where the other members reach it.
+	Gossip     *cluster.Gossip
+	RemoteHost string
+	RemotePort int
 }
 
-// System is one node: the actor system, its single-member cluster, the
-// store, the executors, the exporter, and the Node its grains share.
+// System is one node: the actor system, its cluster (of one, or of every
+// node that gossips with it), the store, the executors, the exporter, and
+// the Node its grains share.
 type System struct {
 	cfg      Config
 	n        *protocol.Node
@@ -88,6 +96,8 @@ type System struct {
 	samplers *executor.Sampling
 	exports  *artifacts.Exports
 	stop     chan struct{}
+	mu       sync.Mutex
+	stopping bool
 	wg       sync.WaitGroup
 }
 
@@ -162,7 +172,8 @@ func Start(cfg Config) (*System, error) {
 	n.TrainerPID = s.actors.Root.Spawn(props(func() actor.Actor { return n.Trainer }))
 	n.SamplingPID = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
 	n.Router.Actors = s.actors
-	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: "127.0.0.1", RequestTimeout: requestTimeout},
+	host := cmp.Or(cfg.RemoteHost, "127.0.0.1")
+	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout, Gossip: cfg.Gossip},
 		pcluster.NewKind(protocol.SessionKind, props(func() actor.Actor { return session.New(n) })),
 		pcluster.NewKind(protocol.RunKind, props(func() actor.Actor { return run.New(n) })),
 		pcluster.NewKind(protocol.SamplerKind, props(func() actor.Actor { return sampler.New(n) })))
@@ -171,6 +182,13 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	n.Router.Cluster = s.cluster
+	if cfg.Gossip != nil {
+		s.actors.EventStream.Subscribe(s.membersLeft)
+	}
+	if err := s.countLive(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
 	if err := s.wakeRuns(); err != nil {
 		s.Stop(context.Background())
 		return nil, err
@@ -219,6 +237,9 @@ func (s *System) Registry() *providers.Registry { return s.cfg.Registry }
 // Pending operations stay pending on disk and run after the next start.
 func (s *System) Stop(ctx context.Context) {
 	s.n.Reminders.Stop()
+	s.mu.Lock()
+	s.stopping = true // no more goroutines join wg
+	s.mu.Unlock()
 	close(s.stop)
 	s.wg.Wait()
 	var both sync.WaitGroup
@@ -227,8 +248,38 @@ func (s *System) Stop(ctx context.Context) {
 	go func() { defer both.Done(); s.samplers.Drain(ctx) }()
 	both.Wait()
 	s.n.Router.AwaitReports(reportWait)
-	s.cluster.Shutdown(false) // one member: no identities to hand over (graceful waits 2 s for that)
+	// Alone, the node has no identities to hand over (a graceful stop waits
+	// 2 s for that); in a cluster it leaves, so that the others place its
+	// grains at once rather than after finding it dead.
+	s.cluster.Shutdown(s.cfg.Gossip != nil)
 	s.n.Store.Close()
+}
+
+// membersLeft takes over, on this node, what members that left or died
+// had in memory: their runs and samplers with work to do come back where
+// the cluster now places them, and the leases they were timing are timed
+// here (every node arms every lease; its grain checks the deadline).
+func (s *System) membersLeft(evt any) {
+	t, ok := evt.(*pcluster.ClusterTopology)
+	if !ok || len(t.Left) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.n.Log.Info("members left: waking their grains", "left", len(t.Left))
+		if err := s.wakeRuns(); err != nil {
+			s.n.Log.Error("wake runs after members left", "err", err)
+		}
+		if err := s.armLeases(); err != nil {
+			s.n.Log.Error("arm leases after members left", "err", err)
+		}
+	}()
 }
 
 // atLeast passes on records of level min and above: protoactor narrates its
@@ -250,14 +301,12 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 	return atLeast{h.Handler.WithGroup(name), h.min}
 }
 
-// wakeRuns activates every run that is not terminal, so that its grain
-// recovers (interrupting what was executing) and runs its pending work.
-func (s *System) wakeRuns() error {
-	var ids []string
+// countLive counts the live sessions and runs in the store against their
+// organizations' limits.
+func (s *System) countLive() error {
 	err := s.n.Store.View(func(tx persistence.Tx) error {
 		err := persistence.Each(tx, persistence.Runs, nil, nil, func(_ []byte, r *persistence.Run) (bool, error) {
 			if !states.Terminal(states.RunMoves, r.Status) {
-				ids = append(ids, r.ID)
 				s.n.Limits.Found(r.Tenant.Org, limits.Runs)
 			}
 			return true, nil
@@ -273,7 +322,25 @@ func (s *System) wakeRuns() error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("scan runs and sessions: %w", err)
+		return fmt.Errorf("count live sessions and runs: %w", err)
+	}
+	return nil
+}
+
+// wakeRuns activates every run that is not terminal, so that its grain
+// recovers (interrupting what was executing) and runs its pending work.
+func (s *System) wakeRuns() error {
+	var ids []string
+	err := s.n.Store.View(func(tx persistence.Tx) error {
+		return persistence.Each(tx, persistence.Runs, nil, nil, func(_ []byte, r *persistence.Run) (bool, error) {
+			if !states.Terminal(states.RunMoves, r.Status) {
+				ids = append(ids, r.ID)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("scan runs: %w", err)
 	}
 	for _, id := range ids {
 		if err := s.n.Run(id).Wake(); err != nil {

@@ -24,7 +24,7 @@ type Capacity struct {
 
 // Node is one member as its metadata announces it.
 type Node struct {
-	ID       string   `msgpack:"i"` // the actor system's id (protoactor's member id)
+	ID       string   `msgpack:"i"` // the actor system's id (protoactor's member id); "" until it hosts grains
 	Host     string   `msgpack:"h"` // its actor remote
 	Port     int      `msgpack:"p"`
 	Kinds    []string `msgpack:"k"`
@@ -75,12 +75,17 @@ const metaLimit = memberlist.MetaMaxSize
 // Gossip is a protoactor ClusterProvider whose members come from
 // hashicorp/memberlist: each node's metadata carries its actor address,
 // kinds and capacity, and the member list is published to protoactor on
-// every join, leave and update, and on a timer.
+// every join, leave and update, and on a timer. A node may gossip (Open)
+// before its actor system joins (StartMember): it then finds the
+// cluster's store in the others' metadata, and is not yet a member that
+// hosts grains.
 type Gossip struct {
 	cfg     GossipConfig
 	log     *slog.Logger
 	ml      *memberlist.Memberlist
 	c       *pcluster.Cluster
+	mu      sync.Mutex
+	self    Node // guarded by mu: memberlist asks for it (NodeMeta) at any time
 	meta    []byte
 	changed chan struct{} // a membership event to publish (buffered: one pending)
 	stop    chan struct{}
@@ -94,26 +99,16 @@ func NewGossip(cfg GossipConfig) *Gossip {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), changed: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity, Store: cfg.Store},
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// StartMember starts gossip with this member's metadata, joins the given
-// members and publishes the member list before it returns.
-func (g *Gossip) StartMember(c *pcluster.Cluster) error {
-	g.c = c
-	host, port, err := c.ActorSystem.GetHostPort()
-	if err != nil {
-		return fmt.Errorf("member address: %w", err)
+// Open starts gossip under name and joins the configured members.
+func (g *Gossip) Open(name string) error {
+	if err := g.setMeta(func(*Node) {}); err != nil {
+		return err
 	}
-	self := Node{ID: c.ActorSystem.ID, Host: host, Port: port, Kinds: c.GetClusterKinds(), Capacity: g.cfg.Capacity, Store: g.cfg.Store}
-	if g.meta, err = msgpack.Marshal(self); err != nil {
-		return fmt.Errorf("member metadata: %w", err)
-	}
-	if len(g.meta) > metaLimit {
-		return fmt.Errorf("member metadata is %d bytes, memberlist carries %d", len(g.meta), metaLimit)
-	}
-	mc, err := g.config(self.ID)
+	mc, err := g.config(name)
 	if err != nil {
 		return err
 	}
@@ -126,9 +121,61 @@ func (g *Gossip) StartMember(c *pcluster.Cluster) error {
 			return fmt.Errorf("join %v: %w", g.cfg.Join, err)
 		}
 	}
+	g.log.Info("gossip started", "gossip", g.Addr(), "joined", g.cfg.Join, "members", g.ml.NumMembers())
+	return nil
+}
+
+// setMeta changes this node's metadata and, once gossip runs, tells the
+// others.
+func (g *Gossip) setMeta(change func(*Node)) error {
+	g.mu.Lock()
+	n := g.self
+	change(&n)
+	meta, err := msgpack.Marshal(n)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("member metadata: %w", err)
+	case len(meta) > metaLimit:
+		err = fmt.Errorf("member metadata is %d bytes, memberlist carries %d", len(meta), metaLimit)
+	default:
+		g.self, g.meta = n, meta
+	}
+	g.mu.Unlock()
+	if err != nil || g.ml == nil {
+		return err
+	}
+	if err := g.ml.UpdateNode(leaveTimeout); err != nil {
+		return fmt.Errorf("announce member metadata: %w", err)
+	}
+	return nil
+}
+
+// SetStore announces where this node serves the cluster's store.
+func (g *Gossip) SetStore(addr string) error {
+	return g.setMeta(func(n *Node) { n.Store = addr })
+}
+
+// StartMember announces this member's actor address and kinds (gossiping
+// first if Open was not called) and publishes the member list before it
+// returns.
+func (g *Gossip) StartMember(c *pcluster.Cluster) error {
+	g.c = c
+	host, port, err := c.ActorSystem.GetHostPort()
+	if err != nil {
+		return fmt.Errorf("member address: %w", err)
+	}
+	if g.ml == nil {
+		if err := g.Open(c.ActorSystem.ID); err != nil {
+			return err
+		}
+	}
+	if err := g.setMeta(func(n *Node) {
+		n.ID, n.Host, n.Port, n.Kinds = c.ActorSystem.ID, host, port, c.GetClusterKinds()
+	}); err != nil {
+		return err
+	}
 	g.publish()
 	go g.loop()
-	g.log.Info("gossip started", "gossip", g.Addr(), "joined", g.cfg.Join, "members", g.ml.NumMembers())
 	return nil
 }
 
@@ -194,22 +241,25 @@ func (g *Gossip) loop() {
 	}
 }
 
-// publish hands the live members to protoactor.
+// publish hands the live members that host grains to protoactor.
 func (g *Gossip) publish() {
 	nodes := g.Nodes()
 	members := make([]*pcluster.Member, 0, len(nodes))
 	for _, n := range nodes {
-		members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
+		if n.ID != "" {
+			members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
+		}
 	}
 	g.c.MemberList.UpdateClusterTopology(members)
 }
 
-// Nodes are the live members (this one included) whose metadata reads.
+// Nodes are the live members (this one included) whose metadata reads;
+// one whose ID is empty gossips but hosts no grains yet.
 func (g *Gossip) Nodes() []Node {
 	var out []Node
 	for _, m := range g.ml.Members() {
 		var n Node
-		if err := msgpack.Unmarshal(m.Meta, &n); err != nil || n.ID == "" {
+		if err := msgpack.Unmarshal(m.Meta, &n); err != nil {
 			g.log.Warn("member with unreadable metadata", "member", m.Name, "addr", m.Address(), "err", err)
 			continue
 		}
@@ -230,7 +280,12 @@ func (g *Gossip) Shutdown(graceful bool) error {
 	var err error
 	g.once.Do(func() {
 		close(g.stop)
-		<-g.done
+		if g.c != nil { // the loop runs
+			<-g.done
+		}
+		if g.ml == nil {
+			return
+		}
 		if graceful {
 			if err = g.ml.Leave(leaveTimeout); err != nil {
 				err = fmt.Errorf("leave: %w", err)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/limits"
 	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/cluster"
 	httpapi "github.com/wts-project/wts/http"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/kernels/model"
@@ -71,6 +73,10 @@ func serveCmd(args []string) error {
 	fs.Int64Var(&lim.QueueBytes, "max-queue-bytes", lim.QueueBytes, "bytes of queued operations' records the node holds in memory")
 	fs.IntVar(&lim.OrgSessions, "max-live-sessions", lim.OrgSessions, "live sessions per organization; more get 429 limit_exceeded")
 	fs.IntVar(&lim.OrgRuns, "max-live-runs", lim.OrgRuns, "live runs per organization")
+	advertise := fs.String("advertise", "", "HOST:PORT where the other nodes of a cluster reach this one's gossip (it also takes PORT+1 to PORT+3, see docs/cluster.md); set, the node is a cluster member and keeps its records in the cluster's store")
+	join := fs.String("join", "", "HOST:PORT[,...] gossip addresses of cluster members to join (with --advertise; none starts a new cluster)")
+	name := fs.String("name", "", "this node's name in the cluster, the same at every restart (default: from --advertise); its own files are in DATA/nodes/NAME")
+	voters := fs.Int("voters", 3, "how many nodes serve the cluster's store (etcd voters): the first to join")
 	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT is 0.9 of it unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -113,16 +119,36 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
-	if err != nil {
-		return err
-	}
-	st.AroundCheckpoint(withSpareProc)
-	sys, err := actors.Start(actors.Config{DataDir: *data, Store: st, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
+	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
 		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
-		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine})
+		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine}
+	own := *data // the node's own files: the admin socket (and in a cluster its store voter)
+	var member *cluster.Member
+	if *advertise == "" {
+		if *join != "" {
+			return fmt.Errorf("--join needs --advertise")
+		}
+		st, err := persistence.Open(filepath.Join(*data, "wts.db"))
+		if err != nil {
+			return err
+		}
+		st.AroundCheckpoint(withSpareProc)
+		acfg.Store = st
+	} else {
+		if *name == "" {
+			*name = strings.NewReplacer(":", "_", "[", "", "]", "").Replace(*advertise)
+		}
+		own = filepath.Join(*data, "nodes", *name)
+		if member, err = cluster.Join(cluster.MemberConfig{Name: *name, Advertise: *advertise, Join: splitList(*join), Dir: own,
+			BlobDir: filepath.Join(*data, "blobs"), Voters: *voters, Capacity: cluster.Capacity{Threads: runtime.GOMAXPROCS(0)}, Log: log}); err != nil {
+			return err
+		}
+		defer member.Close()
+		acfg.Store, acfg.Gossip, acfg.RemoteHost, acfg.RemotePort = member.Store, member.Gossip, member.RemoteHost, member.RemotePort
+	}
+	sys, err := actors.Start(acfg)
 	if err != nil {
-		st.Close() // Start may have closed it already: harmless
+		acfg.Store.Close() // Start may have closed it already: harmless
 		return err
 	}
 	if err := firstKey(sys.Store()); err != nil {
@@ -138,7 +164,7 @@ func serveCmd(args []string) error {
 		go http.Serve(dl, nil) // net/http/pprof registers on the default mux
 		log.Info("pprof", "addr", dl.Addr().String())
 	}
-	if admin, err := listenAdmin(*data); err != nil {
+	if admin, err := listenAdmin(own); err != nil {
 		log.Warn("no admin socket: keys can be created only while the node is stopped", "err", err)
 	} else {
 		defer admin.Close()
@@ -160,7 +186,7 @@ func serveCmd(args []string) error {
 	srv := httpapi.New(sys, httpapi.Config{MaxBody: *maxBody, Log: log, Signer: persistence.NewSigner(key)})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "data", *data)
+	log.Info("serving", "addr", ln.Addr().String(), "data", *data, "cluster", *advertise != "")
 	fmt.Fprintf(os.Stderr, "wts: listening on http://%s\n", ln.Addr())
 
 	sig := make(chan os.Signal, 1)
@@ -196,11 +222,16 @@ func enginePool(budget, weights int64) (int64, error) {
 	return pool, nil
 }
 
-// listenAdmin opens the admin socket in the data folder, owner-only. A
-// socket left by a node that died is removed first: the store's file lock,
-// which this node already holds, says no other node serves this folder.
-func listenAdmin(data string) (net.Listener, error) {
-	path := filepath.Join(data, httpapi.AdminSocket)
+// listenAdmin opens the admin socket in the node's own folder (the data
+// folder, or in a cluster DATA/nodes/NAME), owner-only. A socket left by a
+// node that died is removed first: the store's file lock (or its etcd
+// voter's), which this node already holds, says no other node serves this
+// folder.
+func listenAdmin(dir string) (net.Listener, error) {
+	path := filepath.Join(dir, httpapi.AdminSocket)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
 	os.Remove(path)
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)
@@ -240,6 +271,7 @@ func keysCmd(args []string) error {
 	org := fs.String("org", "", "organization the key belongs to")
 	live := fs.Bool("live", false, "issue a svc_live_ key (default: svc_test_)")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
+	node := nodeFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -248,13 +280,14 @@ func keysCmd(args []string) error {
 	}
 	// A running node holds the store: ask it through its admin socket.
 	var reply httpapi.KeyReply
-	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/keys", httpapi.KeyRequest{Org: *org, Live: *live}, &reply); err == nil {
+	sock, err := adminCall(*data, *node, "/admin/keys", httpapi.KeyRequest{Org: *org, Live: *live}, &reply)
+	if err == nil {
 		fmt.Println(reply.Key)
 		return nil
 	}
 	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
 	if err != nil {
-		return fmt.Errorf("keys create: %w (no node answers on %s either)", err, filepath.Join(*data, httpapi.AdminSocket))
+		return fmt.Errorf("keys create: %w (no node answers on %s either)", err, sock)
 	}
 	defer st.Close()
 	key, err := auth.Create(st, *org, *live, time.Now())
@@ -274,6 +307,7 @@ func credentialsCmd(args []string) error {
 	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
 	name := fs.String("name", "", "a label to recognise it by")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
+	node := nodeFlag(fs)
 	credentialsKey := credentialsKeyFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -293,13 +327,14 @@ func credentialsCmd(args []string) error {
 	}
 	var reply httpapi.CredentialReply
 	req := httpapi.CredentialRequest{Org: *org, Live: *live, Name: *name, Secret: token}
-	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/credentials", req, &reply); err == nil {
+	sock, err := adminCall(*data, *node, "/admin/credentials", req, &reply)
+	if err == nil {
 		fmt.Println(reply.ID)
 		return nil
 	}
 	st, err := persistence.Open(filepath.Join(*data, "wts.db"))
 	if err != nil {
-		return fmt.Errorf("credentials add: %w (no node answers on %s either)", err, filepath.Join(*data, httpapi.AdminSocket))
+		return fmt.Errorf("credentials add: %w (no node answers on %s either)", err, sock)
 	}
 	defer st.Close()
 	vault, err := persistence.OpenVault(*credentialsKey)
@@ -325,12 +360,13 @@ func credentialsKeyFlag(fs *flag.FlagSet) *string {
 func nodeCmd(args []string) error {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	data := fs.String("data", "./data", "data folder of the running node")
+	node := nodeFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var reply httpapi.NodeReply
-	if err := httpapi.AdminCall(filepath.Join(*data, httpapi.AdminSocket), "/admin/node", nil, &reply); err != nil {
-		return fmt.Errorf("node: no node answers on %s: %w", filepath.Join(*data, httpapi.AdminSocket), err)
+	if sock, err := adminCall(*data, *node, "/admin/node", nil, &reply); err != nil {
+		return fmt.Errorf("node: no node answers on %s: %w", sock, err)
 	}
 	out, err := json.MarshalIndent(reply, "", "  ")
 	if err != nil {
@@ -338,4 +374,40 @@ func nodeCmd(args []string) error {
 	}
 	fmt.Println(string(out))
 	return nil
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// nodeFlag names a cluster node whose admin socket (DATA/nodes/NAME) a
+// command asks.
+func nodeFlag(fs *flag.FlagSet) *string {
+	return fs.String("node", "", "in a cluster, the node to ask (its name); default: the data folder's own node, else any cluster node there")
+}
+
+// adminCall asks a running node through its admin socket: node's in a
+// cluster, else the data folder's own, else the first cluster node's that
+// answers. It returns the socket it asked last.
+func adminCall(data, node, path string, req, reply any) (string, error) {
+	socks := []string{filepath.Join(data, httpapi.AdminSocket)}
+	if node != "" {
+		socks = []string{filepath.Join(data, "nodes", node, httpapi.AdminSocket)}
+	} else if found, _ := filepath.Glob(filepath.Join(data, "nodes", "*", httpapi.AdminSocket)); len(found) > 0 {
+		socks = append(socks, found...)
+	}
+	var err error
+	for _, sock := range socks {
+		if err = httpapi.AdminCall(sock, path, req, reply); err == nil {
+			return sock, nil
+		}
+	}
+	return socks[len(socks)-1], err
 }

@@ -65,12 +65,14 @@ func Serve(cfg ServerConfig) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("etcd data folder: %w", err)
 	}
-	restart := memberData(cfg.Dir)
+	restart := HasData(cfg.Dir)
+	var learner *joining
 	if !restart && len(cfg.Join) > 0 {
-		if ec.InitialCluster, err = addMember(cfg, peer.String()); err != nil {
+		if learner, err = addLearner(cfg, peer.String()); err != nil {
 			return nil, err
 		}
-		ec.ClusterState = embed.ClusterStateFlagExisting
+		defer learner.cli.Close()
+		ec.InitialCluster, ec.ClusterState = learner.initial, embed.ClusterStateFlagExisting
 	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -85,40 +87,73 @@ func Serve(cfg ServerConfig) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd %s: not ready after %v", cfg.Name, startTimeout)
 	}
+	if learner != nil {
+		if err := learner.promote(); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("etcd %s: %w", cfg.Name, err)
+		}
+	}
 	if cfg.Log != nil {
 		cfg.Log.Info("etcd voter serving", "name", cfg.Name, "client", cfg.Client, "peer", cfg.Peer, "restart", restart, "joined", cfg.Join)
 	}
 	return &Server{etcd: e, Client: v3client.New(e.Server), URL: cfg.Client}, nil
 }
 
-// memberData says whether dir holds a member's data from before.
-func memberData(dir string) bool {
+// HasData says whether dir holds a voter's data from before: its node was
+// a voter, and restarts as one.
+func HasData(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, "member"))
 	return err == nil
 }
 
-// addMember adds this voter to the running cluster and returns the
-// initial-cluster list it starts with.
-func addMember(cfg ServerConfig, peerURL string) (string, error) {
+// joining is a voter on its way into a running cluster: added as a
+// learner, which the quorum does not count until it has caught up, so the
+// cluster keeps its quorum meanwhile (a voter added outright counts at
+// once, and until it runs the others wait on it).
+type joining struct {
+	cli     *clientv3.Client // to the running cluster
+	id      uint64
+	initial string // the initial-cluster list the member starts with
+}
+
+// retryable are the refusals of a membership change that pass: another
+// member is joining (etcd takes one learner at a time), or one just added
+// has not been connected long enough.
+func retryable(err error) bool {
+	for _, e := range []error{rpctypes.ErrUnhealthy, rpctypes.ErrMemberNotEnoughStarted, rpctypes.ErrTooManyLearners, rpctypes.ErrMemberLearnerNotReady} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// retry calls fn until it succeeds, fails for good, or startTimeout passes.
+func retry(fn func() error) error {
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(250 * time.Millisecond) {
+		err := fn()
+		if err == nil || !retryable(err) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// addLearner adds this member to the running cluster as a learner.
+func addLearner(cfg ServerConfig, peerURL string) (*joining, error) {
 	cli, err := Dial(cfg.Join)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer cli.Close()
-	// etcd refuses a voter while one added before it has been connected
-	// for less than its health interval (5 s): a quorum that counted on a
-	// member still catching up would stall.
 	var resp *clientv3.MemberAddResponse
-	for deadline := time.Now().Add(startTimeout); ; time.Sleep(250 * time.Millisecond) {
+	err = retry(func() error {
 		c, cancel := ctx()
-		resp, err = cli.MemberAdd(c, []string{peerURL})
-		cancel()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
-			return "", fmt.Errorf("add etcd member %s through %v: %w", cfg.Name, cfg.Join, err)
-		}
+		defer cancel()
+		resp, err = cli.MemberAddAsLearner(c, []string{peerURL})
+		return err
+	})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("add etcd member %s through %v: %w", cfg.Name, cfg.Join, err)
 	}
 	var list []string
 	for _, m := range resp.Members {
@@ -130,7 +165,21 @@ func addMember(cfg ServerConfig, peerURL string) (string, error) {
 			list = append(list, name+"="+u)
 		}
 	}
-	return strings.Join(list, ","), nil
+	return &joining{cli: cli, id: resp.Member.ID, initial: strings.Join(list, ",")}, nil
+}
+
+// promote makes the learner a voter once it has caught up.
+func (j *joining) promote() error {
+	err := retry(func() error {
+		c, cancel := ctx()
+		defer cancel()
+		_, err := j.cli.MemberPromote(c, j.id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("promote to voter: %w", err)
+	}
+	return nil
 }
 
 // Dial connects a client to the cluster's voters at the given client
@@ -145,7 +194,8 @@ func Dial(addrs []string) (*clientv3.Client, error) {
 	}
 	// The client's own log would repeat, in JSON, the errors its calls
 	// return to us.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		AutoSyncInterval: 30 * time.Second}) // voters that join later are found
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %v: %w", addrs, err)
 	}

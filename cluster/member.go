@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/wts-project/wts/persistence/etcdstore"
+)
+
+// MemberConfig is a node of a cluster, before its actor system starts.
+type MemberConfig struct {
+	// Name names the node for good: its folder and its etcd member keep it
+	// across restarts.
+	Name string
+	// Advertise is HOST:PORT where the others reach this node's gossip;
+	// the node also takes the three ports after it: PORT+1 its actor
+	// remote, PORT+2 and PORT+3 its etcd voter's clients and peers.
+	Advertise string
+	Join      []string // gossip addresses of members (none: a new cluster)
+	Dir       string   // the node's own folder (its etcd voter's data)
+	BlobDir   string   // on the shared volume: the store's large records
+	// Voters is how many nodes serve the store (etcd voters): the first
+	// ones to join; the others are its clients.
+	Voters   int
+	Capacity Capacity
+	Log      *slog.Logger
+}
+
+// Member is this node's part in the cluster before its actors start: its
+// gossip, the store every node shares, and the etcd voter it may serve.
+type Member struct {
+	Gossip     *Gossip
+	Store      *etcdstore.Store
+	RemoteHost string // where its actor remote listens and is reached
+	RemotePort int
+	server     *etcdstore.Server // nil when the node is a client of the store
+	client     *clientv3.Client  // the store's
+}
+
+// Join gossips with the cluster (or starts one) and opens the shared
+// store: as one of its etcd voters while fewer than cfg.Voters serve it
+// (or when this node's folder holds a voter's data from before), or as a
+// client of those that do.
+func Join(cfg MemberConfig) (*Member, error) {
+	host, port, err := splitHostPort(cfg.Advertise)
+	if err != nil || port == 0 {
+		return nil, fmt.Errorf("--advertise %q: want HOST:PORT with a port", cfg.Advertise)
+	}
+	at := func(p int) string { return net.JoinHostPort(host, strconv.Itoa(p)) }
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	g := NewGossip(GossipConfig{Bind: cfg.Advertise, Join: cfg.Join, Capacity: cfg.Capacity, Log: log})
+	if err := g.Open(cfg.Name); err != nil {
+		return nil, err
+	}
+	m := &Member{Gossip: g, RemoteHost: host, RemotePort: port + 1}
+	var voters []string
+	for _, n := range g.Nodes() {
+		if n.Store != "" {
+			voters = append(voters, n.Store)
+		}
+	}
+	dir := filepath.Join(cfg.Dir, "etcd")
+	voter := etcdstore.HasData(dir) || len(voters) < max(cfg.Voters, 1)
+	if len(cfg.Join) > 0 && len(voters) == 0 && !etcdstore.HasData(dir) {
+		_ = g.Shutdown(false)
+		return nil, fmt.Errorf("join %v: no member serves the store yet", cfg.Join)
+	}
+	if voter {
+		srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(port + 2), Peer: at(port + 3), Join: voters, Log: log})
+		if err != nil {
+			_ = g.Shutdown(false)
+			return nil, err
+		}
+		m.server, m.client = srv, srv.Client
+		if err := g.SetStore(srv.URL); err != nil {
+			m.Close()
+			return nil, err
+		}
+	} else if m.client, err = etcdstore.Dial(voters); err != nil {
+		_ = g.Shutdown(false)
+		return nil, err
+	}
+	if m.Store, err = etcdstore.Open(etcdstore.Config{Client: m.client, Prefix: "wts/", BlobDir: cfg.BlobDir, Log: log}); err != nil {
+		m.Close()
+		return nil, err
+	}
+	log.Info("cluster member", "name", cfg.Name, "voter", voter, "voters", voters, "gossip", g.Addr())
+	return m, nil
+}
+
+// Close ends gossip (without a leave: the actor system's graceful stop
+// leaves first) and stops the node's etcd voter; the store must be closed
+// before.
+func (m *Member) Close() {
+	_ = m.Gossip.Shutdown(false)
+	if m.server != nil {
+		m.server.Close() // its client too
+	} else {
+		m.client.Close()
+	}
+}
