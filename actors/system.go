@@ -183,6 +183,7 @@ func Start(cfg Config) (*System, error) {
 	}
 	n.Router.Cluster = s.cluster
 	if cfg.Gossip != nil {
+		n.Router.Watch()
 		s.actors.EventStream.Subscribe(s.membersLeft)
 	}
 	if err := s.countLive(); err != nil {

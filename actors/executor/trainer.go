@@ -439,6 +439,9 @@ func (e *Trainer) slice(t *task) {
 	}
 	d.Epoch, d.SeqID, d.DurationMS = j.Epoch, j.SeqID, float64(took.Microseconds())/1000
 	e.sys.env.Metrics.Executed(j.Kind, d.Status, took)
+	// The executor's audit trail: what ran here, under which activation of
+	// its run (at debug level; the cluster test reads it).
+	e.sys.env.Log.Debug("executed", "run", j.RunID, "seq", j.SeqID, "epoch", j.Epoch, "kind", j.Kind, "status", d.Status)
 	if t.mark != nil {
 		t.mark.Stop()
 	}

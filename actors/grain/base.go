@@ -54,8 +54,9 @@ type idleCheck struct{}
 // answers the next call with its failure, then leaves, so that the call
 // after it tries again (leaving at once would race the call that
 // activated it, which would then find no activation, again and again). A
-// handler that panics fails its call, and the grain starts over
-// from its durable state.
+// handler that panics fails its call, and the grain starts over from its
+// durable state; so does one that fails, for a reason other than a
+// refusal, on a message nobody waits for.
 func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 	switch m := ctx.Message().(type) {
 	case *pcluster.ClusterInit:
@@ -94,9 +95,13 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 				resp, err = h(ctx, in)
 				return err
 			})
-			if errors.Is(err, ErrPanic) {
-				// What the grain holds in memory may be half-changed: it
-				// starts over from its durable state, as after a restart.
+			var refusal *Error
+			if errors.Is(err, ErrPanic) || (err != nil && ctx.Sender() == nil && !errors.As(err, &refusal)) {
+				// What the grain holds in memory may be half-changed (a
+				// panic), or out of step with what it was told and could
+				// not record (a report whose write failed, which nobody
+				// will send again): it starts over from its durable state,
+				// as after a restart.
 				if b.Err = activate(); b.Err == nil && resume != nil {
 					resume()
 				}

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/wts-project/wts/actors/wire"
@@ -31,6 +33,118 @@ type Router struct {
 	// reports counts executors' reports sent and not yet handled by their
 	// grains (see Report).
 	reports atomic.Int64
+	members departures
+}
+
+// callTries bounds how often one call is sent: again when its activation
+// was gone (a dead letter: it passivated) or its member left the cluster.
+const callTries = 3
+
+// request sends msg to the grain kind/id wherever the cluster places it
+// and waits for its answer, as protoactor's cluster request does, but a
+// call to a member that leaves the cluster (or is found dead) meanwhile
+// is sent again at once to the grain's next placement instead of waiting
+// out the timeout. Grains drop what they are sent twice (seq_id,
+// idempotency key), since the first may have been handled.
+func (r *Router) request(id, kind string, msg any) (any, error) {
+	deadline := time.Now().Add(r.Timeout)
+	var err error
+	for try := 0; try < callTries && time.Now().Before(deadline); try++ {
+		pid := r.Cluster.Get(id, kind)
+		if pid == nil {
+			err = fmt.Errorf("no activation")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		left := r.members.watch(pid.Address)
+		fut := r.Actors.Root.RequestFuture(pid, msg, time.Until(deadline))
+		type answer struct {
+			v   any
+			err error
+		}
+		got := make(chan answer, 1)
+		go func() { v, err := fut.Result(); got <- answer{v, err} }()
+		select {
+		case a := <-got:
+			if a.err == nil {
+				return a.v, nil
+			}
+			err = a.err
+			if !errors.Is(a.err, actor.ErrDeadLetter) && !errors.Is(a.err, remote.ErrDeadLetter) {
+				return nil, err
+			}
+		case <-left:
+			err = fmt.Errorf("member %s left", pid.Address)
+		}
+		r.Cluster.PidCache.RemoveByValue(id, kind, pid)
+	}
+	return nil, err
+}
+
+// Watch follows the cluster's topology, so that calls to members that
+// leave are sent elsewhere (request). Call once the cluster runs.
+func (r *Router) Watch() {
+	r.Actors.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*pcluster.ClusterTopology); ok {
+			for _, m := range t.Joined {
+				r.members.joined(m.Address())
+			}
+			for _, m := range t.Left {
+				r.members.left(m.Address())
+			}
+		}
+	})
+}
+
+// departures tells callers when the member at an address leaves.
+type departures struct {
+	mu   sync.Mutex
+	gone map[string]chan struct{} // by address: closed once it has left
+}
+
+// watch is closed when the member at addr leaves (at once if it has).
+func (d *departures) watch(addr string) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.of(addr)
+}
+
+// of is addr's channel (d.mu held).
+func (d *departures) of(addr string) chan struct{} {
+	if d.gone == nil {
+		d.gone = map[string]chan struct{}{}
+	}
+	c, ok := d.gone[addr]
+	if !ok {
+		c = make(chan struct{})
+		d.gone[addr] = c
+	}
+	return c
+}
+
+func (d *departures) left(addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.of(addr)
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// joined forgets that addr left: a node that restarts may come back on the
+// same address.
+func (d *departures) joined(addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c, ok := d.gone[addr]; ok {
+		select {
+		case <-c:
+			delete(d.gone, addr)
+		default:
+		}
+	}
 }
 
 // Call sends a request to the grain kind/id and puts its reply into resp
@@ -63,7 +177,7 @@ func (r *Router) Call(kind, id, method string, req, resp any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", method, err)
 	}
-	v, err := r.Cluster.Request(id, kind, &wire.Call{Method: method, Body: body})
+	v, err := r.request(id, kind, &wire.Call{Method: method, Body: body})
 	if err != nil {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s %s did not answer: %v", kind, id, err)}
 	}

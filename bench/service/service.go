@@ -59,6 +59,12 @@ func (p *Process) Stop() {
 	p.cmd.Wait()
 }
 
+// Kill ends the process as a crash would (SIGKILL), and waits.
+func (p *Process) Kill() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
 var listening = regexp.MustCompile(`listening on http://(\S+)`)
 
 // Start runs cmd and waits (up to a minute) for the line on its standard

@@ -108,6 +108,15 @@ func (g *group) commit() (bool, error) {
 	return true, nil
 }
 
+// forgetAll drops what the group read or wrote from the cache: its
+// commit's outcome is not known.
+func (g *group) forgetAll() {
+	g.forgetReads()
+	for k := range g.over {
+		g.s.cache.drop(k)
+	}
+}
+
 // forgetReads drops what the group read from the cache: something of it
 // has changed.
 func (g *group) forgetReads() {

@@ -175,6 +175,15 @@ func (s *Store) commit(batch []*write) {
 			errs[i] = g.run(w.fn)
 		}
 		ok, err := g.commit()
+		if transient(err) && time.Since(start) < transientFor {
+			// Whether it was applied is not known: the group runs again on
+			// what is there now (its writers find their own writes, if they
+			// were, and do nothing twice: seq_id, idempotency keys, fences).
+			g.forgetAll()
+			time.Sleep(100 * time.Millisecond)
+			conflicts--
+			continue
+		}
 		switch {
 		case err != nil:
 			for _, w := range batch[:n] {
@@ -214,13 +223,17 @@ func ctx() (context.Context, context.CancelFunc) {
 // get reads a key from etcd now (rev 0) or at rev: its stored record
 // (blobs resolved), its modification revision, and the revision read at.
 func (s *Store) get(k string, rev int64) (raw []byte, mod, at int64, err error) {
-	c, cancel := ctx()
+	c, cancel := context.WithTimeout(context.Background(), transientFor)
 	defer cancel()
 	opts := []clientv3.OpOption{}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	resp, err := s.cli.Get(c, k, opts...)
+	var resp *clientv3.GetResponse
+	err = again(func() (err error) {
+		resp, err = s.cli.Get(c, k, opts...)
+		return err
+	})
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("read %q: %w", k, err)
 	}

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -135,13 +136,17 @@ func (t *tx) Scan(b persistence.Bucket, prefix, from []byte, fn func(key, raw []
 	if from != nil {
 		lo = base + string(from)
 	}
-	c, cancel := ctx()
+	c, cancel := context.WithTimeout(context.Background(), transientFor)
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithRange(end)}
 	if t.view && t.rev > 0 {
 		opts = append(opts, clientv3.WithRev(t.rev))
 	}
-	resp, err := t.s.cli.Get(c, lo, opts...)
+	var resp *clientv3.GetResponse
+	err := again(func() (err error) {
+		resp, err = t.s.cli.Get(c, lo, opts...)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("scan %s/%q: %w", b, prefix, err)
 	}
