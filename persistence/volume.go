@@ -88,6 +88,35 @@ func WriteDir(dir string, fill func(tmp string) error) error {
 	return syncDir(filepath.Dir(dir))
 }
 
+// WriteFile writes data to path whole or not at all: through a temporary
+// file beside it, fsynced and renamed into place, its folder (made if
+// missing) fsynced after.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	return syncFolder(dir)
+}
+
 // LinkDir fills dst (through WriteDir) with the files of src: hard links
 // where the file system allows, copies where it does not.
 func LinkDir(src, dst string) error {

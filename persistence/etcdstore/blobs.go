@@ -2,11 +2,12 @@ package etcdstore
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/wts-project/wts/persistence"
 )
 
 // BlobAbove is the largest record etcd holds itself; a larger one (an
@@ -25,7 +26,7 @@ const (
 type blobs struct{ dir string }
 
 func (b blobs) path(sum []byte) string {
-	h := hex.EncodeToString(sum)
+	h := fmt.Sprintf("%x", sum)
 	return filepath.Join(b.dir, h[:2], h)
 }
 
@@ -41,7 +42,7 @@ func (b blobs) store(raw []byte) ([]byte, error) {
 	if _, err := os.Stat(path); err == nil {
 		return append([]byte{blob}, sum[:]...), nil
 	}
-	if err := writeSynced(path, raw); err != nil {
+	if err := persistence.WriteFile(path, raw); err != nil {
 		return nil, fmt.Errorf("blob: %w", err)
 	}
 	return append([]byte{blob}, sum[:]...), nil
@@ -66,39 +67,4 @@ func (b blobs) resolve(v []byte) ([]byte, error) {
 		return raw, nil
 	}
 	return nil, fmt.Errorf("blob: unknown stored value tag %q", v[0])
-}
-
-// writeSynced writes data to path through a temporary file that it syncs,
-// renames and whose folder it syncs: once it returns, path holds data on
-// disk whole or not at all.
-func writeSynced(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
