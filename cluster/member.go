@@ -68,10 +68,20 @@ func Join(cfg MemberConfig) (*Member, error) {
 		}
 	}
 	dir := filepath.Join(cfg.Dir, "etcd")
-	voter := etcdstore.HasData(dir) || len(voters) < max(cfg.Voters, 1)
 	if len(cfg.Join) > 0 && len(voters) == 0 && !etcdstore.HasData(dir) {
 		_ = g.Shutdown(false)
 		return nil, fmt.Errorf("join %v: no member serves the store yet", cfg.Join)
+	}
+	voter := etcdstore.HasData(dir) || len(voters) == 0
+	if !voter {
+		// The store's own member list, not the voters gossip finds alive:
+		// a voter that is down is still one.
+		n, err := etcdstore.Members(voters)
+		if err != nil {
+			_ = g.Shutdown(false)
+			return nil, err
+		}
+		voter = n < max(cfg.Voters, 1)
 	}
 	if voter {
 		srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(port + 2), Peer: at(port + 3), Join: voters, Log: log})

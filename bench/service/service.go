@@ -78,8 +78,10 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 		return nil, err
 	}
 	found := make(chan string, 1)
+	ended := make(chan struct{}) // its standard error closed: it exited
 	p := &Process{cmd: cmd}
 	go func() {
+		defer close(ended)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
@@ -98,6 +100,9 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 	case addr := <-found:
 		p.Addr = addr
 		return p, nil
+	case <-ended:
+		cmd.Wait()
+		return nil, fmt.Errorf("%s exited before it listened:\n%s", cmd.Path, p.Log())
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("%s did not start in a minute", cmd.Path)

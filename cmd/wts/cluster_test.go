@@ -137,7 +137,8 @@ var keyInLog = regexp.MustCompile(`svc_test_[0-9a-f]+`)
 // succeeded, in seq_id order, each optim_step applied once (the optimizer's
 // step numbers count 1, 2, 3, ...), no executor ran an operation twice
 // for one activation of its run (the executors' audit lines), and every
-// run goes on running.
+// run goes on running. Then a fourth node joins, and new runs are placed
+// on it.
 func TestClusterSurvivesAKilledNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three nodes")
@@ -154,10 +155,15 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	first := startNode(t, data, modelDir, "")
 	nodes := []*node{first}
 	defer func() {
+		var stopping sync.WaitGroup // together: the last voters would wait for a quorum
 		for _, n := range nodes {
 			if !n.dead {
-				n.Stop()
+				stopping.Add(1)
+				go func() { defer stopping.Done(); n.Stop() }()
 			}
+		}
+		stopping.Wait()
+		for _, n := range nodes {
 			if t.Failed() {
 				for _, line := range strings.Split(n.Log(), "\n") {
 					if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
@@ -290,4 +296,36 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	if len(ran) < runs*pairs*2 {
 		t.Fatalf("audit lines for %d executions, want at least %d", len(ran), runs*pairs*2)
 	}
+
+	// A fourth node joins (a client of the store: it has its three
+	// voters, one of them down), and new runs are placed on it too.
+	var live []string
+	for _, n := range nodes {
+		if !n.dead {
+			live = append(live, strings.ReplaceAll(n.name, "_", ":"))
+		}
+	}
+	fourth := startNode(t, data, modelDir, strings.Join(live, ","))
+	nodes = append(nodes, fourth)
+	c.mu.Lock()
+	c.nodes = append(c.nodes, fourth)
+	c.mu.Unlock()
+	t.Logf("a fourth node joined %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if !strings.Contains(fourth.Log(), `"voter":false`) {
+		t.Error("the fourth node became a voter")
+	}
+	for r := range 24 {
+		_, s := c.call(t, r, "POST", "/sessions", []byte(fmt.Sprintf(`{"request_id":"late%d"}`, r)))
+		_, run := c.call(t, r, "POST", "/sessions/"+s["id"].(string)+"/runs",
+			[]byte(fmt.Sprintf(`{"request_id":"r","base_model":"tiny","model_revision":%q,"lora":{"rank":4}}`, rev)))
+		if code, out := c.call(t, r, "POST", "/runs/"+run["id"].(string)+"/operations", service.Operation(1, "k1", "forward", batch)); code != 202 {
+			t.Fatalf("a run after the join: %d %v", code, out)
+		}
+	}
+	t.Logf("24 runs made %v after the kill", time.Since(killed).Round(time.Millisecond))
+	var reply httpapi.NodeReply
+	if _, err := adminCall(data, fourth.name, "/admin/node", nil, &reply); err != nil || reply.Grains["run"] == 0 {
+		t.Fatalf("no run placed on the node that joined: %v %v", reply.Grains, err)
+	}
+	t.Logf("the node that joined hosts %d of 24 new runs", reply.Grains["run"])
 }

@@ -182,6 +182,27 @@ func (j *joining) promote() error {
 	return nil
 }
 
+// Members counts the members of the etcd cluster whose voters serve
+// clients at addrs (learners included: each is on its way to a vote).
+func Members(addrs []string) (int, error) {
+	cli, err := Dial(addrs)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	var resp *clientv3.MemberListResponse
+	err = again(func() error {
+		c, cancel := ctx()
+		defer cancel()
+		resp, err = cli.MemberList(c)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("etcd members through %v: %w", addrs, err)
+	}
+	return len(resp.Members), nil
+}
+
 // Dial connects a client to the cluster's voters at the given client
 // addresses (host:port).
 func Dial(addrs []string) (*clientv3.Client, error) {
