@@ -50,11 +50,16 @@ func (r *Router) request(id, kind string, msg any) (any, error) {
 	deadline := time.Now().Add(r.Timeout)
 	var err error
 	for try := 0; try < callTries && time.Now().Before(deadline); try++ {
-		pid := r.Cluster.Get(id, kind)
-		if pid == nil {
-			err = fmt.Errorf("no activation")
-			time.Sleep(50 * time.Millisecond)
-			continue
+		pid, ok := r.Cluster.PidCache.Get(id, kind)
+		if !ok {
+			// The identity lookup; the cache then serves this call's
+			// successors (localPID among them) until the activation goes.
+			if pid = r.Cluster.Get(id, kind); pid == nil {
+				err = fmt.Errorf("no activation")
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			r.Cluster.PidCache.Set(id, kind, pid)
 		}
 		left := r.members.watch(pid.Address)
 		fut := r.Actors.Root.RequestFuture(pid, msg, time.Until(deadline))
@@ -230,6 +235,7 @@ func (r *Router) deliver(kind, id string, m *Local) bool {
 			r.Log.Error("no activation for grain", "kind", kind, "id", id, "method", m.Method)
 			return false
 		}
+		r.Cluster.PidCache.Set(id, kind, pid)
 	}
 	if pid.Address == r.Actors.Address() && !r.Wire {
 		r.Actors.Root.Send(pid, m)
