@@ -13,11 +13,14 @@
 //
 //	go run ./bench/apibench [--clients 1,16,64] [--requests 20000] [--wts bin/wts]
 //	go run ./bench/apibench --against OLD_BIN [--pairs 4] [--clients 64] [--wts bin/wts]
+//	go run ./bench/apibench --nodes 3 [--pairs 4] [--clients 64] [--wts bin/wts]
 //
 // With --against, it measures the last level only, against a fresh node of
 // each binary in turn, in pairs whose order alternates (new, old, old, new,
 // ...), and prints every run, each binary's mean and their ratio: the way to
-// tell a change from the host's noise.
+// tell a change from the host's noise. With --nodes N, the same between one
+// node and a cluster of N on this machine (sharing its cores: the ratio is
+// the cluster's overhead), the clients spread over the nodes.
 package main
 
 import (
@@ -47,7 +50,8 @@ func main() {
 	engineNice := flag.Int("engine-nice", 0, "passed to wts serve: the engine threads' nice (0: off, the default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the service under the last level's load here (needs --debug-addr; that level's figures then carry the profiler's cost)")
 	against := flag.String("against", "", "another wts binary to alternate with, at the last level only")
-	pairs := flag.Int("pairs", 4, "with --against: runs of each binary")
+	nodes := flag.Int("nodes", 1, "above 1: alternate one node with a cluster of this many on this machine (clients spread over them), at the last level only")
+	pairs := flag.Int("pairs", 4, "with --against or --nodes: runs of each")
 	flag.Parse()
 	if *cpuProfile != "" && *debugAddr == "" {
 		log.Fatal("--cpuprofile needs --debug-addr")
@@ -57,8 +61,24 @@ func main() {
 		return
 	}
 	levels := service.Levels(*clientsFlag)
-	if *against != "" {
-		compare(service.Build(*wts), *against, *dataRoot, levels[len(levels)-1], *requests, *tokens, *pairs)
+	one := func(bin string) func() []*service.Process {
+		return func() []*service.Process { return []*service.Process{service.Serve(bin, *dataRoot, "tiny")} }
+	}
+	switch {
+	case *against != "":
+		bin := service.Build(*wts)
+		compare(setup{"new " + bin, one(bin)}, setup{"old " + *against, one(*against)}, levels[len(levels)-1], *requests, *tokens, *pairs)
+		return
+	case *nodes > 1:
+		bin := service.Build(*wts)
+		cluster := func() []*service.Process {
+			var ps []*service.Process
+			for _, n := range service.ServeCluster(bin, *dataRoot, "tiny", *nodes) {
+				ps = append(ps, n.Process)
+			}
+			return ps
+		}
+		compare(setup{fmt.Sprintf("%d nodes", *nodes), cluster}, setup{"1 node", one(bin)}, levels[len(levels)-1], *requests, *tokens, *pairs)
 		return
 	}
 	extra := []string{"--debug-addr", *debugAddr}
@@ -76,7 +96,7 @@ func main() {
 		per := max(1, *requests/c)
 		runs := svc.Runs(c, 4)
 		bodies := levelBodies(c, per, *tokens)
-		p := load(peer.Addr, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.Key, bodies)
+		p := load([]string{peer.Addr}, c, func(int) string { return "/v1/training/runs/x/operations" }, svc.Key, bodies)
 		before := svc.Scrape()
 		cpu0, cpuOK := svc.CPU()
 		start := time.Now()
@@ -85,7 +105,7 @@ func main() {
 			profiled = make(chan error, 1)
 			go func() { profiled <- profileService(*debugAddr, *cpuProfile) }()
 		}
-		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
+		s := load([]string{svc.Addr}, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
 		after := svc.Scrape()
 		svc.WaitExecuted() // the next level starts on an idle executor
 		executed := time.Since(start)
@@ -132,33 +152,47 @@ func levelBodies(c, per, tokens int) [][][]byte {
 	return bodies
 }
 
-// compare alternates a fresh node of binary cur and one of base, pairs
-// times each, at c clients, and prints each run and the means.
-func compare(cur, base, dataRoot string, c, requests, tokens, pairs int) {
+// setup is what one side of a comparison runs: its name, and how to start
+// its nodes (fresh, on an empty data folder).
+type setup struct {
+	name  string
+	start func() []*service.Process
+}
+
+// compare alternates fresh starts of a and b, pairs times each, at c
+// clients (spread over a setup's nodes), and prints each run, the means and
+// their ratio a/b.
+func compare(a, b setup, c, requests, tokens, pairs int) {
 	per := max(1, requests/c)
 	bodies := levelBodies(c, per, tokens)
 	rates := map[string][]float64{}
 	cpus := map[string][]float64{}
 	fmt.Printf("durable submissions at %d clients, %d each run, forward of %d tokens on the tiny model\n\n", c, per*c, tokens)
-	fmt.Printf("%-6s %-40s | %10s %8s %8s | %s\n", "run", "binary", "service/s", "p50 ms", "p99 ms", "CPU a submission")
+	fmt.Printf("%-6s %-40s | %10s %8s %8s | %s\n", "run", "setup", "service/s", "p50 ms", "p99 ms", "CPU a submission")
 	for i := range 2 * pairs {
-		name, bin := "new", cur
-		if i%4 == 1 || i%4 == 2 { // new, old, old, new, ...
-			name, bin = "old", base
+		side := a
+		if i%4 == 1 || i%4 == 2 { // a, b, b, a, ...
+			side = b
 		}
-		svc := service.Serve(bin, dataRoot, "tiny")
-		runs := svc.Runs(c, 4)
-		cpu0, cpuOK := svc.CPU()
-		s := load(svc.Addr, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
-		svc.WaitExecuted()
-		cpu1, _ := svc.CPU()
-		svc.Stop()
+		nodes := side.start()
+		runs := nodes[0].Runs(c, 4)
+		cpu0, cpuOK := cpuOf(nodes)
+		addrs := make([]string, len(nodes))
+		for j, n := range nodes {
+			addrs[j] = n.Addr
+		}
+		s := load(addrs, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, nodes[0].Key, bodies)
+		for _, n := range nodes {
+			n.WaitExecuted()
+		}
+		cpu1, _ := cpuOf(nodes)
+		stopAll(nodes)
 		cpu := float64((cpu1 - cpu0).Microseconds()) / float64(per*c)
 		if !cpuOK {
 			cpu = 0
 		}
-		rates[name], cpus[name] = append(rates[name], s.rate), append(cpus[name], cpu)
-		fmt.Printf("%-6d %-40s | %10.0f %8.2f %8.2f | %.0f µs\n", i+1, name+" "+bin, s.rate, s.p50, s.p99, cpu)
+		rates[side.name], cpus[side.name] = append(rates[side.name], s.rate), append(cpus[side.name], cpu)
+		fmt.Printf("%-6d %-40s | %10.0f %8.2f %8.2f | %.0f µs\n", i+1, side.name, s.rate, s.p50, s.p99, cpu)
 		if s.errors > 0 {
 			fmt.Printf("       errors: %d (first: %s)\n", s.errors, s.firstError)
 		}
@@ -170,8 +204,32 @@ func compare(cur, base, dataRoot string, c, requests, tokens, pairs int) {
 		}
 		return t / float64(len(xs))
 	}
-	fmt.Printf("\nmeans: new %.0f/s (%.0f µs), old %.0f/s (%.0f µs); new/old %.2f\n",
-		mean(rates["new"]), mean(cpus["new"]), mean(rates["old"]), mean(cpus["old"]), mean(rates["new"])/mean(rates["old"]))
+	fmt.Printf("\nmeans: %s %.0f/s (%.0f µs), %s %.0f/s (%.0f µs); ratio %.2f\n", a.name,
+		mean(rates[a.name]), mean(cpus[a.name]), b.name, mean(rates[b.name]), mean(cpus[b.name]), mean(rates[a.name])/mean(rates[b.name]))
+}
+
+// cpuOf is the processor time of all the nodes together.
+func cpuOf(nodes []*service.Process) (time.Duration, bool) {
+	var sum time.Duration
+	for _, n := range nodes {
+		used, ok := n.CPU()
+		if !ok {
+			return 0, false
+		}
+		sum += used
+	}
+	return sum, true
+}
+
+// stopAll stops the nodes together (one by one, the last voters of a
+// cluster would wait for a quorum).
+func stopAll(nodes []*service.Process) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Stop() }()
+	}
+	wg.Wait()
 }
 
 // profileService writes a CPU profile of the service taken through its
@@ -197,16 +255,21 @@ type result struct {
 }
 
 // load runs c clients, each posting its bodies in order and waiting for
-// each answer before the next, and measures the whole.
-func load(addr string, c int, path func(int) string, key string, bodies [][][]byte) result {
-	hc := &fasthttp.HostClient{Addr: addr, MaxConns: c, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+// each answer before the next, client i to addrs[i % len(addrs)], and
+// measures the whole.
+func load(addrs []string, c int, path func(int) string, key string, bodies [][][]byte) result {
+	hcs := make([]*fasthttp.HostClient, len(addrs))
+	for i, addr := range addrs {
+		hcs[i] = &fasthttp.HostClient{Addr: addr, MaxConns: c, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	}
 	var mu sync.Mutex
 	var res result
 	all, took := service.Clients(c, func(i int) []time.Duration {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
-		req.SetRequestURI("http://" + addr + path(i))
+		hc := hcs[i%len(hcs)]
+		req.SetRequestURI("http://" + hc.Addr + path(i))
 		req.Header.SetMethod("POST")
 		req.Header.SetContentType("application/json")
 		req.Header.Set("Authorization", "Bearer "+key)

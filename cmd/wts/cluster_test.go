@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,57 +32,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// portBlock finds four consecutive free ports (TCP and UDP) on 127.0.0.1:
-// a cluster node's gossip, actor remote and etcd client and peer.
-func portBlock(t *testing.T) int {
-	t.Helper()
-	for range 200 {
-		base, ok := 20000+rand.IntN(40000), true
-		var open []interface{ Close() error }
-		for p := base; p < base+4 && ok; p++ {
-			addr := "127.0.0.1:" + strconv.Itoa(p)
-			l, err := net.Listen("tcp", addr)
-			if ok = err == nil; ok {
-				open = append(open, l)
-				u, err := net.ListenPacket("udp", addr)
-				if ok = err == nil; ok {
-					open = append(open, u)
-				}
-			}
-		}
-		for _, c := range open {
-			c.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no four free ports")
-	return 0
-}
-
 type node struct {
-	name string
-	*service.Process
+	*service.Node
 	dead bool
 }
 
-func startNode(t *testing.T, data, modelDir string, join string) *node {
+func startNode(t *testing.T, data, modelDir string, join ...string) *node {
 	t.Helper()
-	base := portBlock(t)
-	advertise := "127.0.0.1:" + strconv.Itoa(base)
-	args := []string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--model", "tiny=" + modelDir, "--log-level", "debug",
-		"--advertise", advertise, "--memory-budget", strconv.Itoa(2 << 30)}
-	if join != "" {
-		args = append(args, "--join", join)
+	self := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "WTS_MAIN=1")
+		return cmd
 	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "WTS_MAIN=1")
-	p, err := service.Start(cmd)
+	n, err := service.StartNode(self, data, join, "--model", "tiny="+modelDir, "--log-level", "debug", "--memory-budget", strconv.Itoa(2<<30))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &node{name: "127.0.0.1_" + strconv.Itoa(base), Process: p}
+	return &node{Node: n}
 }
 
 // client calls the API of whichever node answers.
@@ -129,8 +93,6 @@ func (c *client) call(t *testing.T, i int, method, path string, body []byte) (in
 	return 0, nil
 }
 
-var keyInLog = regexp.MustCompile(`svc_test_[0-9a-f]+`)
-
 // Three nodes on one shared data folder train three runs, each run's
 // operations sent to all three in turn; the node hosting a run is killed
 // (SIGKILL) mid-training. Every acknowledged operation then ends
@@ -152,7 +114,7 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := startNode(t, data, modelDir, "")
+	first := startNode(t, data, modelDir)
 	nodes := []*node{first}
 	defer func() {
 		var stopping sync.WaitGroup // together: the last voters would wait for a quorum
@@ -167,17 +129,16 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 			if t.Failed() {
 				for _, line := range strings.Split(n.Log(), "\n") {
 					if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
-						t.Logf("%s: %s", n.name, line)
+						t.Logf("%s: %s", n.Name, line)
 					}
 				}
 			}
 		}
 	}()
-	join := strings.TrimPrefix(first.name, "127.0.0.1_")
 	for range 2 {
-		nodes = append(nodes, startNode(t, data, modelDir, "127.0.0.1:"+join))
+		nodes = append(nodes, startNode(t, data, modelDir, first.Gossip))
 	}
-	key := keyInLog.FindString(first.Log())
+	key := first.FirstKey()
 	if key == "" {
 		t.Fatalf("no first key in the log:\n%s", first.Log())
 	}
@@ -231,7 +192,7 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	victim := -1
 	for i, n := range nodes {
 		var reply httpapi.NodeReply
-		if _, err := adminCall(data, n.name, "/admin/node", nil, &reply); err == nil && reply.Grains["run"] > 0 {
+		if _, err := adminCall(data, n.Name, "/admin/node", nil, &reply); err == nil && reply.Grains["run"] > 0 {
 			victim = i
 			break
 		}
@@ -302,10 +263,10 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	var live []string
 	for _, n := range nodes {
 		if !n.dead {
-			live = append(live, strings.ReplaceAll(n.name, "_", ":"))
+			live = append(live, n.Gossip)
 		}
 	}
-	fourth := startNode(t, data, modelDir, strings.Join(live, ","))
+	fourth := startNode(t, data, modelDir, live...)
 	nodes = append(nodes, fourth)
 	c.mu.Lock()
 	c.nodes = append(c.nodes, fourth)
@@ -324,7 +285,7 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 	}
 	t.Logf("24 runs made %v after the kill", time.Since(killed).Round(time.Millisecond))
 	var reply httpapi.NodeReply
-	if _, err := adminCall(data, fourth.name, "/admin/node", nil, &reply); err != nil || reply.Grains["run"] == 0 {
+	if _, err := adminCall(data, fourth.Name, "/admin/node", nil, &reply); err != nil || reply.Grains["run"] == 0 {
 		t.Fatalf("no run placed on the node that joined: %v %v", reply.Grains, err)
 	}
 	t.Logf("the node that joined hosts %d of 24 new runs", reply.Grains["run"])
