@@ -169,8 +169,16 @@ func Start(cfg Config) (*System, error) {
 	}))
 	pool := actor.WithDispatcher(grain.Dispatcher())
 	props := func(a func() actor.Actor) *actor.Props { return actor.PropsFromProducer(a, pool) }
-	n.TrainerPID = s.actors.Root.Spawn(props(func() actor.Actor { return n.Trainer }))
-	n.SamplingPID = s.actors.Root.Spawn(props(func() actor.Actor { return s.samplers }))
+	// Named for this process: a node that restarts on the same address
+	// must not take messages meant for its predecessor's executors (plain
+	// spawns are numbered from $1 in every process).
+	if n.TrainerPID, err = s.actors.Root.SpawnNamed(props(func() actor.Actor { return n.Trainer }), "trainer-"+s.actors.ID); err == nil {
+		n.SamplingPID, err = s.actors.Root.SpawnNamed(props(func() actor.Actor { return s.samplers }), "sampling-"+s.actors.ID)
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("spawn executors: %w", err)
+	}
 	n.Router.Actors = s.actors
 	host := cmp.Or(cfg.RemoteHost, "127.0.0.1")
 	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout, Gossip: cfg.Gossip},

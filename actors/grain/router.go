@@ -229,6 +229,10 @@ func (r *Router) Tell(kind, id, method string, msg any) {
 // deliver sends m to a grain (see Tell) and reports whether it was sent as
 // a Local message, which the grain's receive then handles.
 func (r *Router) deliver(kind, id string, m *Local) bool {
+	if r.Cluster == nil { // the node is still starting: no grain can be reached
+		r.Log.Error("message before the cluster started", "kind", kind, "id", id, "method", m.Method)
+		return false
+	}
 	pid := r.localPID(kind, id)
 	if pid == nil {
 		if pid = r.Cluster.Get(id, kind); pid == nil {

@@ -16,7 +16,9 @@ import (
 // actor remote, and etcd client and peer ports.
 func PortBlock() (int, error) {
 	for range 200 {
-		base, ok := 20000+rand.IntN(40000), true
+		// Below Linux's ephemeral range (32768 on), where the OS picks ports
+		// for outgoing connections and for ":0" listeners.
+		base, ok := 10000+rand.IntN(22000), true
 		var open []interface{ Close() error }
 		for p := base; p < base+4 && ok; p++ {
 			addr := "127.0.0.1:" + strconv.Itoa(p)
@@ -55,7 +57,12 @@ func StartNode(cmd func(args ...string) *exec.Cmd, data string, join []string, e
 	if err != nil {
 		return nil, err
 	}
-	gossip := "127.0.0.1:" + strconv.Itoa(base)
+	return StartNodeAt(cmd, data, "127.0.0.1:"+strconv.Itoa(base), join, extra...)
+}
+
+// StartNodeAt is StartNode on a given gossip address: a node that restarts
+// takes its own again (and so its name and folder).
+func StartNodeAt(cmd func(args ...string) *exec.Cmd, data, gossip string, join []string, extra ...string) (*Node, error) {
 	args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--advertise", gossip}, extra...)
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
@@ -64,7 +71,7 @@ func StartNode(cmd func(args ...string) *exec.Cmd, data string, join []string, e
 	if err != nil {
 		return nil, err
 	}
-	return &Node{Process: p, Name: "127.0.0.1_" + strconv.Itoa(base), Gossip: gossip}, nil
+	return &Node{Process: p, Name: strings.ReplaceAll(gossip, ":", "_"), Gossip: gossip}, nil
 }
 
 var firstKey = regexp.MustCompile(`svc_test_[0-9a-f]+`)

@@ -15,7 +15,14 @@
 // It exits 1 when anything was lost or duplicated, an operation failed
 // internal_error, or the peak RSS passed the budget.
 //
+// With --nodes N (N > 1) the same runs against a cluster of N nodes on one
+// shared data folder (`make chaos`): each request goes to a random node
+// that is up, at each event one node is killed or stopped and started
+// again (one at a time, so two of the three store voters stay up), and now
+// and then a new node joins instead.
+//
 //	go run ./bench/soak --wts bin/wts [--duration 10m] [--orgs 3] [--runs 3] [--preset small] [--budget 805306368]
+//	go run ./bench/soak --wts bin/wts --nodes 3 [--joins 2] [--duration 5m] [--min-gap 5s --max-gap 15s]
 package main
 
 import (
@@ -53,15 +60,17 @@ func main() {
 	minGap := flag.Duration("min-gap", 15*time.Second, "least time between two restarts")
 	maxGap := flag.Duration("max-gap", 45*time.Second, "most time between two restarts")
 	seed := flag.Uint64("seed", 1, "seed of the restarts' timing and kind")
+	nodes := flag.Int("nodes", 1, "nodes: above 1, a cluster on one shared data folder")
+	joins := flag.Int("joins", 2, "with --nodes: at most this many nodes join during the run")
 	flag.Parse()
 
 	bin := service.Build(*wts)
-	n := newNode(bin, *dataDir, *preset, *budget)
+	n := newNode(bin, *dataDir, *preset, *budget, *nodes)
+	n.start()
 	keys := make([]string, *orgs)
 	for i := range keys {
 		keys[i] = n.key(fmt.Sprint("org", i))
 	}
-	n.start()
 
 	var clients []*client
 	for o, key := range keys {
@@ -75,21 +84,24 @@ func main() {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.load(stop) }()
 	}
-	kills, terms := n.chaos(*duration, *minGap, *maxGap, rand.New(rand.NewPCG(*seed, 99)))
+	kills, terms, joined := n.chaos(*duration, *minGap, *maxGap, *joins, rand.New(rand.NewPCG(*seed, 99)))
 	close(stop)
 	wg.Wait()
 
 	// One clean restart, then every operation settles.
-	n.restart(syscall.SIGTERM)
+	log.Printf("load ended; a clean restart of every node, then every operation settles")
+	for i := range n.members {
+		n.restart(i, syscall.SIGTERM)
+	}
 	settled := n.settle(clients)
 	var r report
 	for _, c := range clients {
 		c.check(&r)
 	}
-	n.signal(syscall.SIGTERM)
-	n.wait()
+	n.stop()
 	slices.Sort(n.latencies)
-	fmt.Printf("soak: %v, %d organizations × %d runs on %s, %d kill -9 and %d SIGTERM restarts\n\n", *duration, *orgs, *runs, *preset, kills, terms)
+	fmt.Printf("soak: %v, %d organizations × %d runs on %s, %d node(s) (%d joined), %d kill -9 and %d SIGTERM restarts\n\n",
+		*duration, *orgs, *runs, *preset, len(n.members), joined, kills, terms)
 	fmt.Printf("%-28s %d\n", "acknowledged", r.acknowledged)
 	fmt.Printf("%-28s %d\n", "lost", r.lost)
 	fmt.Printf("%-28s %d\n", "duplicated", r.duplicated)
@@ -107,34 +119,68 @@ func main() {
 	fmt.Println("\nPASS")
 }
 
-// node is the server under test, restarted on the same data folder and
-// port.
+// node is the service under test: one node, or a cluster of several on
+// one data folder, each restarted on its own addresses.
 type node struct {
-	bin, data, addr string
-	args            []string
-	mu              sync.Mutex
-	proc            *service.Process
-	cmd             *exec.Cmd
-	peak            atomic.Int64 // the largest VmHWM seen, over every process
-	throttled       atomic.Int64
-	latMu           sync.Mutex
-	latencies       []time.Duration
-	revision, model string
+	bin, data string
+	shared    []string // every member's flags but its own
+	mu        sync.Mutex
+	members   []*member
+	peak      atomic.Int64 // the largest VmHWM seen, over every process
+	throttled atomic.Int64
+	latMu     sync.Mutex
+	latencies []time.Duration
+	revision  string
+	model     string
+	cluster   bool
 }
 
-func newNode(bin, data, preset string, budget int64) *node {
-	dir, rev := service.Prepare(data, preset)
+// member is one process of the service.
+type member struct {
+	addr   string // its API address, the same at every start
+	gossip string // in a cluster, its --advertise address
+	cmd    *exec.Cmd
+	proc   *service.Process
+	up     bool
+}
+
+// freeAddr is a free TCP address on 127.0.0.1.
+func freeAddr() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return &node{bin: bin, data: data, addr: addr, revision: rev, model: preset,
-		args: []string{"serve", "--data", data, "--addr", addr, "--model", preset + "=" + dir, "--log-level", "warn",
-			"--memory-budget", strconv.FormatInt(budget, 10), "--drain", "2s", "--max-queue-run", "64"}}
+	defer l.Close()
+	return l.Addr().String()
 }
 
+func newNode(bin, data, preset string, budget int64, nodes int) *node {
+	dir, rev := service.Prepare(data, preset)
+	n := &node{bin: bin, data: data, revision: rev, model: preset, cluster: nodes > 1,
+		shared: []string{"--data", data, "--model", preset + "=" + dir, "--log-level", "warn",
+			"--memory-budget", strconv.FormatInt(budget, 10), "--drain", "2s", "--max-queue-run", "64"}}
+	for range nodes {
+		n.add()
+	}
+	return n
+}
+
+// add makes a new member (not started).
+func (n *node) add() {
+	m := &member{addr: freeAddr()}
+	if n.cluster {
+		base, err := service.PortBlock()
+		if err != nil {
+			log.Fatal(err)
+		}
+		m.gossip = "127.0.0.1:" + strconv.Itoa(base)
+	}
+	n.mu.Lock()
+	n.members = append(n.members, m)
+	n.mu.Unlock()
+}
+
+// key creates a key for org through a running node's admin socket.
 func (n *node) key(org string) string {
 	out, err := exec.Command(n.bin, "keys", "create", "--org", org, "--data", n.data).Output()
 	if err != nil {
@@ -143,14 +189,39 @@ func (n *node) key(org string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// start starts every member, one after another.
 func (n *node) start() {
-	cmd := exec.Command(n.bin, n.args...)
+	for i := range n.members {
+		n.launch(i)
+	}
+}
+
+// launch starts member i; in a cluster it joins every other member that
+// has ever started (any one that is up lets it in).
+func (n *node) launch(i int) {
+	n.mu.Lock()
+	m := n.members[i]
+	args := append([]string{"serve", "--addr", m.addr}, n.shared...)
+	if n.cluster {
+		args = append(args, "--advertise", m.gossip)
+		var join []string
+		for _, o := range n.members {
+			if o != m && o.cmd != nil {
+				join = append(join, o.gossip)
+			}
+		}
+		if len(join) > 0 {
+			args = append(args, "--join", strings.Join(join, ","))
+		}
+	}
+	n.mu.Unlock()
+	cmd := exec.Command(n.bin, args...)
 	p, err := service.Start(cmd)
 	if err != nil {
 		log.Fatal(err)
 	}
 	n.mu.Lock()
-	n.proc, n.cmd = p, cmd
+	m.cmd, m.proc, m.up = cmd, p, true
 	n.mu.Unlock()
 	go n.watch(cmd)
 }
@@ -187,29 +258,36 @@ func vmHWM(pid int) int64 {
 	return -1
 }
 
-func (n *node) signal(s syscall.Signal) {
+// restart stops member i with s and starts it again.
+func (n *node) restart(i int, s syscall.Signal) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.cmd.Process.Signal(s)
-}
-
-func (n *node) wait() {
-	n.mu.Lock()
-	cmd := n.cmd
+	m := n.members[i]
+	m.up = false
 	n.mu.Unlock()
-	cmd.Wait()
+	m.cmd.Process.Signal(s)
+	m.cmd.Wait()
+	n.launch(i)
 }
 
-// restart stops the node with s and starts it again.
-func (n *node) restart(s syscall.Signal) {
-	n.signal(s)
-	n.wait()
-	n.start()
+// stop stops every member together (one by one, a cluster's last store
+// voters would wait for a quorum).
+func (n *node) stop() {
+	var wg sync.WaitGroup
+	for _, m := range n.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.cmd.Process.Signal(syscall.SIGTERM)
+			m.cmd.Wait()
+		}()
+	}
+	wg.Wait()
 }
 
-// chaos restarts the node at random moments until d has passed: kill -9
-// or SIGTERM, evenly.
-func (n *node) chaos(d, minGap, maxGap time.Duration, r *rand.Rand) (kills, terms int) {
+// chaos restarts a member at random moments until d has passed: kill -9
+// or SIGTERM, evenly, one member at a time; in a cluster, now and then
+// (up to joins times) a new member joins instead.
+func (n *node) chaos(d, minGap, maxGap time.Duration, joins int, r *rand.Rand) (kills, terms, joined int) {
 	end := time.Now().Add(d)
 	for {
 		gap := minGap + time.Duration(r.Int64N(int64(maxGap-minGap)+1))
@@ -218,14 +296,56 @@ func (n *node) chaos(d, minGap, maxGap time.Duration, r *rand.Rand) (kills, term
 			return
 		}
 		time.Sleep(gap)
-		if r.IntN(2) == 0 {
+		switch i := r.IntN(len(n.members)); {
+		case n.cluster && joined < joins && r.IntN(4) == 0:
+			joined++
+			n.add()
+			log.Printf("a node joins")
+			n.launch(len(n.members) - 1)
+		case r.IntN(2) == 0:
 			kills++
-			n.restart(syscall.SIGKILL)
-		} else {
+			log.Printf("kill -9 node %d", i)
+			n.restart(i, syscall.SIGKILL)
+		default:
 			terms++
-			n.restart(syscall.SIGTERM)
+			log.Printf("SIGTERM node %d", i)
+			n.restart(i, syscall.SIGTERM)
 		}
 	}
+}
+
+// dumpLogs prints what the members logged at warn level and above, but
+// protoactor's own lines, for a failure's context.
+func (n *node) dumpLogs() {
+	time.Sleep(time.Second) // the lines a node wrote as it answered reach its Process
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, m := range n.members {
+		if m.proc == nil {
+			continue
+		}
+		for _, line := range strings.Split(m.proc.Log(), "\n") {
+			if !strings.Contains(line, `"component":"protoactor"`) {
+				fmt.Fprintf(os.Stderr, "member %d: %s\n", i, line)
+			}
+		}
+	}
+}
+
+// pickAddr is the API address of a random member that is up.
+func (n *node) pickAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var up []string
+	for _, m := range n.members {
+		if m.up {
+			up = append(up, m.addr)
+		}
+	}
+	if len(up) == 0 {
+		return n.members[0].addr // restarting: the request fails and is retried
+	}
+	return up[rand.IntN(len(up))]
 }
 
 // do sends one request, retried while the node is away; it returns the
@@ -233,7 +353,7 @@ func (n *node) chaos(d, minGap, maxGap time.Duration, r *rand.Rand) (kills, term
 func (n *node) do(method, path, key string, body []byte) (int, []byte, time.Duration) {
 	for {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		req.SetRequestURI("http://" + n.addr + path)
+		req.SetRequestURI("http://" + n.pickAddr() + path)
 		req.Header.SetMethod(method)
 		req.Header.Set("Authorization", "Bearer "+key)
 		if body != nil {
@@ -294,6 +414,7 @@ func (c *client) load(stop <-chan struct{}) {
 				c.ended = string(out)
 				return
 			default:
+				c.n.dumpLogs()
 				log.Fatalf("%s seq %d: %d %s", c.name, seq, status, out)
 			}
 			break
@@ -352,8 +473,14 @@ func (n *node) settle(clients []*client) time.Duration {
 			if !busy {
 				break
 			}
-			if time.Since(start) > 10*time.Minute {
-				log.Fatalf("%s: operations still running 10 minutes after the load", c.name)
+			if time.Since(start) > 3*time.Minute {
+				for _, o := range c.ops() {
+					if s := o["status"]; s == "pending" || s == "executing" || s == "parked" {
+						log.Printf("%s: seq %v %v %v", c.name, o["seq_id"], o["kind"], s)
+					}
+				}
+				n.dumpLogs()
+				log.Fatalf("%s (run %s): operations still running 3 minutes after the load", c.name, c.run)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
