@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak
+.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -75,6 +75,13 @@ bench-sample: build
 soak: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/soak --wts bin/wts
+
+# Chaos: the soak against a cluster of three nodes on one data folder: at
+# each event one node is killed or stopped and restarted, or a new node
+# joins; the same report and the same failures (docs/cluster.md).
+chaos: build
+	$(GO) build -o bin/wts ./cmd/wts
+	$(GO) run ./bench/soak --wts bin/wts --nodes 3 --joins 2 --duration 5m --min-gap 5s --max-gap 15s --preset tiny --data ./build/chaos
 
 # Engine benchmarks: GEMM beside its peer shapes, then training and decode
 # throughput on the small model and on the Qwen3-0.6B shape.

@@ -268,12 +268,18 @@ func (r *Router) Send(pid *actor.PID, method string, msg any) {
 	r.Actors.Root.Send(pid, &wire.Call{Method: method, Body: body})
 }
 
-// Report sends an executor's report to a grain, counted until the grain
-// has handled it (Handled): AwaitReports waits for them, so that an
-// outcome recorded while the node drains reaches the store before it
-// closes. A report that leaves the node (or is encoded, in Wire mode) is
-// not counted.
+// Report sends an executor's report to a grain. One whose grain is active
+// on this node goes at once, counted until the grain has handled it
+// (Handled): AwaitReports waits for them, so that an outcome recorded
+// while the node drains reaches the store before it closes. One whose
+// grain lives elsewhere (it moved while the job ran) is sent as Notify
+// does, again until an activation has it: a report lost to an activation
+// that went would leave its grain waiting for good.
 func (r *Router) Report(kind, id, method string, msg any) {
+	if r.Cluster != nil && (r.Wire || r.localPID(kind, id) == nil) {
+		r.Notify(kind, id, method, msg)
+		return
+	}
 	r.reports.Add(1)
 	if !r.deliver(kind, id, &Local{Method: method, Val: msg, Counted: true}) {
 		r.reports.Add(-1)

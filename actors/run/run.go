@@ -41,6 +41,12 @@ type Grain struct {
 	// dispatched: this activation has given the executor a job (the first
 	// is marked executing at once, see executor.markStarted).
 	dispatched bool
+	// handed is the run-scoped sample this activation handed to the run's
+	// sampler, while it is executing: the sampler holds it in memory only,
+	// so it is handed again when the run is woken (after members left the
+	// cluster, the sampler's among them perhaps); the sampler drops a
+	// sample it already holds.
+	handed *protocol.RunSample
 }
 
 // New is a run grain of node n: the kind's producer.
@@ -56,7 +62,7 @@ func (g *Grain) Receive(ctx actor.Context) {
 			protocol.RunCancel:       g.cancel,
 			protocol.RunEndMsg:       g.end,
 			protocol.RunRetire:       g.retire,
-			protocol.RunWake:         protocol.Awake,
+			protocol.RunWake:         g.wake,
 			protocol.RunBusy:         func(actor.Context, grain.In) (any, error) { return g.busy(), nil },
 			protocol.RunExecStarted:  g.execStarted,
 			protocol.RunSnapshotted:  g.snapshotted,
@@ -664,8 +670,18 @@ func (g *Grain) handOff(d *executor.Done) error {
 	if err != nil {
 		return fmt.Errorf("hand operation %d to the sampler: %w", d.SeqID, err)
 	}
-	g.N.Sampler(g.run.SamplerID).SampleForRun(protocol.RunSample{RunEpoch: g.Epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion})
+	g.handed = &protocol.RunSample{RunEpoch: g.Epoch, SeqID: d.SeqID, Payload: body, Version: d.WeightVersion}
+	g.N.Sampler(g.run.SamplerID).SampleForRun(*g.handed)
 	return nil
+}
+
+// wake answers a node's wake-up (it activates the grain, which recovers)
+// and hands again a run-scoped sample still executing on the sampler.
+func (g *Grain) wake(actor.Context, grain.In) (any, error) {
+	if h := g.handed; h != nil && h.SeqID == g.Executing && h.RunEpoch == g.Epoch {
+		g.N.Sampler(g.run.SamplerID).SampleForRun(*h)
+	}
+	return struct{}{}, nil
 }
 
 func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {
