@@ -408,7 +408,11 @@ func (c *client) load(stop <-chan struct{}) {
 				c.n.latMu.Unlock()
 			case status == 429:
 				c.n.throttled.Add(1)
-				time.Sleep(time.Duration(100+c.rng.IntN(400)) * time.Millisecond)
+				select {
+				case <-stop: // the load is over; this one was never acknowledged
+					return
+				case <-time.After(time.Duration(100+c.rng.IntN(400)) * time.Millisecond):
+				}
 				continue
 			case status == 409 && strings.Contains(string(out), "run_not_accepting"):
 				c.ended = string(out)
@@ -473,14 +477,14 @@ func (n *node) settle(clients []*client) time.Duration {
 			if !busy {
 				break
 			}
-			if time.Since(start) > 3*time.Minute {
+			if time.Since(start) > 90*time.Second {
 				for _, o := range c.ops() {
 					if s := o["status"]; s == "pending" || s == "executing" || s == "parked" {
 						log.Printf("%s: seq %v %v %v", c.name, o["seq_id"], o["kind"], s)
 					}
 				}
 				n.dumpLogs()
-				log.Fatalf("%s (run %s): operations still running 3 minutes after the load", c.name, c.run)
+				log.Fatalf("%s (run %s): operations still running 90 s after the load", c.name, c.run)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
