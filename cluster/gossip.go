@@ -44,7 +44,6 @@ type GossipConfig struct {
 	Advertise string   // host:port the others reach it at ("": Bind)
 	Join      []string // members to join (none: this node starts a cluster)
 	Capacity  Capacity
-	Store     string // see Node.Store
 	Log       *slog.Logger
 }
 
@@ -99,7 +98,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity, Store: cfg.Store},
+	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
 		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 

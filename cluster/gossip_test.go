@@ -128,9 +128,7 @@ func TestGossip(t *testing.T) {
 
 	// c leaves gracefully: gone at once.
 	c.c.Shutdown(true)
-	if took := waitMembers(t, 3*time.Second, []string{a.sys.Address(), b.sys.Address()}, a, b); took > 3*time.Second {
-		t.Fatalf("leave took %v", took)
-	}
+	waitMembers(t, 3*time.Second, []string{a.sys.Address(), b.sys.Address()}, a, b)
 
 	// b dies: its gossip stops without a leave, as a killed process's does.
 	if err := b.gossip.Shutdown(false); err != nil {

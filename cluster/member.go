@@ -46,7 +46,7 @@ type Member struct {
 // store: as one of its etcd voters while fewer than cfg.Voters serve it
 // (or when this node's folder holds a voter's data from before), or as a
 // client of those that do.
-func Join(cfg MemberConfig) (*Member, error) {
+func Join(cfg MemberConfig) (_ *Member, err error) {
 	host, port, err := splitHostPort(cfg.Advertise)
 	if err != nil || port == 0 {
 		return nil, fmt.Errorf("--advertise %q: want HOST:PORT with a port", cfg.Advertise)
@@ -61,6 +61,11 @@ func Join(cfg MemberConfig) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{Gossip: g, RemoteHost: host, RemotePort: port + 1}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
 	var voters []string
 	for _, n := range g.Nodes() {
 		if n.Store != "" {
@@ -69,7 +74,6 @@ func Join(cfg MemberConfig) (*Member, error) {
 	}
 	dir := filepath.Join(cfg.Dir, "etcd")
 	if len(cfg.Join) > 0 && len(voters) == 0 && !etcdstore.HasData(dir) {
-		_ = g.Shutdown(false)
 		return nil, fmt.Errorf("join %v: no member serves the store yet", cfg.Join)
 	}
 	voter := etcdstore.HasData(dir) || len(voters) == 0
@@ -78,28 +82,22 @@ func Join(cfg MemberConfig) (*Member, error) {
 		// a voter that is down is still one.
 		n, err := etcdstore.Members(voters)
 		if err != nil {
-			_ = g.Shutdown(false)
 			return nil, err
 		}
 		voter = n < max(cfg.Voters, 1)
 	}
 	if voter {
-		srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(port + 2), Peer: at(port + 3), Join: voters, Log: log})
-		if err != nil {
-			_ = g.Shutdown(false)
+		if m.server, err = etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(port + 2), Peer: at(port + 3), Join: voters, Log: log}); err != nil {
 			return nil, err
 		}
-		m.server, m.client = srv, srv.Client
-		if err := g.SetStore(srv.URL); err != nil {
-			m.Close()
+		m.client = m.server.Client
+		if err := g.SetStore(m.server.URL); err != nil {
 			return nil, err
 		}
 	} else if m.client, err = etcdstore.Dial(voters); err != nil {
-		_ = g.Shutdown(false)
 		return nil, err
 	}
 	if m.Store, err = etcdstore.Open(etcdstore.Config{Client: m.client, Prefix: "wts/", BlobDir: cfg.BlobDir, Log: log}); err != nil {
-		m.Close()
 		return nil, err
 	}
 	log.Info("cluster member", "name", cfg.Name, "voter", voter, "voters", voters, "gossip", g.Addr())
@@ -107,13 +105,14 @@ func Join(cfg MemberConfig) (*Member, error) {
 }
 
 // Close ends gossip (without a leave: the actor system's graceful stop
-// leaves first) and stops the node's etcd voter; the store must be closed
-// before.
+// leaves first) and stops the node's etcd voter, or closes its client; the
+// store must be closed before.
 func (m *Member) Close() {
 	_ = m.Gossip.Shutdown(false)
-	if m.server != nil {
+	switch {
+	case m.server != nil:
 		m.server.Close() // its client too
-	} else {
+	case m.client != nil:
 		m.client.Close()
 	}
 }

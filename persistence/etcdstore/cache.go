@@ -14,7 +14,8 @@ type cache struct {
 // cacheBytes bounds the cache: past it, it starts again empty.
 const cacheBytes = 64 << 20
 
-func (c *cache) init() { c.m = map[string]entry{} }
+// init empties the cache.
+func (c *cache) init() { c.m, c.bytes = map[string]entry{}, 0 }
 
 func (c *cache) get(k string) (entry, bool) {
 	e, ok := c.m[k]
@@ -27,7 +28,6 @@ func (c *cache) put(k string, raw []byte, mod int64) {
 	}
 	if c.bytes+len(k)+len(raw) > cacheBytes {
 		c.init()
-		c.bytes = 0
 	}
 	c.m[k] = entry{raw: raw, mod: mod}
 	c.bytes += len(k) + len(raw)

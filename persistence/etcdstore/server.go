@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -116,28 +115,6 @@ type joining struct {
 	initial string // the initial-cluster list the member starts with
 }
 
-// retryable are the refusals of a membership change that pass: another
-// member is joining (etcd takes one learner at a time), or one just added
-// has not been connected long enough.
-func retryable(err error) bool {
-	for _, e := range []error{rpctypes.ErrUnhealthy, rpctypes.ErrMemberNotEnoughStarted, rpctypes.ErrTooManyLearners, rpctypes.ErrMemberLearnerNotReady} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
-// retry calls fn until it succeeds, fails for good, or startTimeout passes.
-func retry(fn func() error) error {
-	for deadline := time.Now().Add(startTimeout); ; time.Sleep(250 * time.Millisecond) {
-		err := fn()
-		if err == nil || !retryable(err) || time.Now().After(deadline) {
-			return err
-		}
-	}
-}
-
 // addLearner adds this member to the running cluster as a learner.
 func addLearner(cfg ServerConfig, peerURL string) (*joining, error) {
 	cli, err := Dial(cfg.Join)
@@ -145,7 +122,7 @@ func addLearner(cfg ServerConfig, peerURL string) (*joining, error) {
 		return nil, err
 	}
 	var resp *clientv3.MemberAddResponse
-	err = retry(func() error {
+	err = retryWhile(joinable, startTimeout, func() error {
 		c, cancel := ctx()
 		defer cancel()
 		resp, err = cli.MemberAddAsLearner(c, []string{peerURL})
@@ -170,7 +147,7 @@ func addLearner(cfg ServerConfig, peerURL string) (*joining, error) {
 
 // promote makes the learner a voter once it has caught up.
 func (j *joining) promote() error {
-	err := retry(func() error {
+	err := retryWhile(joinable, startTimeout, func() error {
 		c, cancel := ctx()
 		defer cancel()
 		_, err := j.cli.MemberPromote(c, j.id)

@@ -162,8 +162,8 @@ func (s *Store) commitLoop() {
 // has, the batch runs again on fresh reads. A batch too large for one
 // request is split.
 func (s *Store) commit(batch []*write) {
-	start := time.Now()
-	for conflicts := 0; ; conflicts++ {
+	start, conflicts := time.Now(), 0
+	for {
 		g := newGroup(s)
 		errs := make([]error, len(batch))
 		n := len(batch)
@@ -181,7 +181,6 @@ func (s *Store) commit(batch []*write) {
 			// were, and do nothing twice: seq_id, idempotency keys, fences).
 			g.forgetAll()
 			time.Sleep(100 * time.Millisecond)
-			conflicts--
 			continue
 		}
 		switch {
@@ -190,6 +189,7 @@ func (s *Store) commit(batch []*write) {
 				w.done <- err
 			}
 		case !ok && conflicts < maxConflicts:
+			conflicts++
 			g.forgetReads()
 			continue
 		case !ok:

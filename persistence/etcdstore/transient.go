@@ -46,12 +46,27 @@ func transient(err error) bool {
 	return false
 }
 
+// joinable says whether a refused membership change may pass later:
+// another member is joining (etcd takes one learner at a time), or one
+// just added has not been connected long enough.
+func joinable(err error) bool {
+	for _, e := range []error{rpctypes.ErrUnhealthy, rpctypes.ErrMemberNotEnoughStarted, rpctypes.ErrTooManyLearners, rpctypes.ErrMemberLearnerNotReady} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // again runs fn until it succeeds, fails for good, or transientFor passes.
-func again(fn func() error) error {
-	deadline := time.Now().Add(transientFor)
+func again(fn func() error) error { return retryWhile(transient, transientFor, fn) }
+
+// retryWhile runs fn, backing off, while its error passes (and within).
+func retryWhile(passes func(error) bool, within time.Duration, fn func() error) error {
+	deadline := time.Now().Add(within)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		err := fn()
-		if !transient(err) || time.Now().After(deadline) {
+		if err == nil || !passes(err) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(wait)
