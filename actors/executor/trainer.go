@@ -314,6 +314,13 @@ func (e *Trainer) cancel(r *JobRef) {
 	}
 }
 
+// Stopping tells whether the node has begun stopping (Drain was called).
+func (e *Trainer) Stopping() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopping
+}
+
 // Drain stops starting operations and lets the started ones run; when ctx
 // ends first, they are cut (each goes back to pending, recorded so by its
 // run) before it returns.

@@ -565,8 +565,14 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 	if d.Handoff {
 		return nil, g.handOff(d)
 	}
-	if d.Status == states.OpPending { // cut by the node's stop: it runs again after the next start
-		return nil, g.PutBack(d.SeqID)
+	if d.Status == states.OpPending {
+		if g.handedNow(d.SeqID) && !g.N.Trainer.Stopping() {
+			// The sampler's node is stopping, not this one: the sample stays
+			// executing and is handed again when that node has left (wake).
+			g.N.Log.Info("run-scoped sample cut by its sampler's node stop; handed again once it leaves", "run", g.ID, "seq_id", d.SeqID)
+			return nil, nil
+		}
+		return nil, g.PutBack(d.SeqID) // cut by this node's stop: it runs again after the next start
 	}
 	prices, err := g.Prices(g.run.Tenant, g.run.SessionID)
 	if err != nil {
@@ -675,13 +681,23 @@ func (g *Grain) handOff(d *executor.Done) error {
 	return nil
 }
 
-// wake answers a node's wake-up (it activates the grain, which recovers)
-// and hands again a run-scoped sample still executing on the sampler.
+// wake answers a node's wake-up after members left (it activates the
+// grain, which recovers): a run-scoped sample still executing is handed
+// again (its sampler may have been on a node that left), and a queue left
+// waiting starts.
 func (g *Grain) wake(actor.Context, grain.In) (any, error) {
-	if h := g.handed; h != nil && h.SeqID == g.Executing && h.RunEpoch == g.Epoch {
-		g.N.Sampler(g.run.SamplerID).SampleForRun(*h)
+	if g.handedNow(g.Executing) {
+		g.N.Sampler(g.run.SamplerID).SampleForRun(*g.handed)
 	}
+	g.kick()
 	return struct{}{}, nil
+}
+
+// handedNow tells whether seq is the executing operation, handed by this
+// activation to the run's sampler.
+func (g *Grain) handedNow(seq int64) bool {
+	h := g.handed
+	return h != nil && seq != 0 && h.SeqID == seq && seq == g.Executing && h.RunEpoch == g.Epoch
 }
 
 func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {

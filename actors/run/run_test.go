@@ -18,7 +18,10 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 )
 
 // A run's trainer survives a restart: the trainer rebuilt from a snapshot
@@ -254,5 +257,54 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 	}
 	if n := fencedCount(t, s, "trainer"); n != 2 {
 		t.Fatalf("fenced %v commands, want 2 (the job and the cancel)", n)
+	}
+}
+
+// A run-scoped sample cut short on its sampler's node while the run's node
+// goes on (the sampler's node stopping, in a cluster) stays executing: the
+// run does not put it back behind a sampler that still reports it, and a
+// wake-up (sent when that node has left) hands it again at most once more.
+func TestHandedSampleCutElsewhere(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := model.Generate("tiny-llama3", 3, dir, safetensors.F32); err != nil { // a context of 512: a long sample
+		t.Fatal(err)
+	}
+	c, err := providers.NewCatalog(map[string]string{"tiny": dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := nodetest.Start(t, providers.NewRegistry(c), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	nodetest.Submit(t, s, run.ID, 1, payload.SaveWeightsForSampler, json.RawMessage(`{}`))
+	long := json.RawMessage(`{"prompt":{"token_ids":[1,2,3]},"parameters":{"max_tokens":500,"temperature":1,"top_p":1,"top_k":-1,"seed":7},"num_samples":64}`)
+	acc, err := s.Submit(protocol.Submission{Tenant: nodetest.Tenant, Target: run.ID, SeqID: 2, IdempotencyKey: "k2", RequestHash: "h", Kind: payload.Sample, Payload: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(100 * time.Millisecond) // past the trainer's part: on the sampler
+	var head persistence.Head
+	if err := s.Store().View(func(tx persistence.Tx) error {
+		_, err := tx.Get(persistence.Heads, []byte(run.ID), &head)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := s.GetOperation(nodetest.Tenant, acc.Op.ID); err != nil || states.Terminal(states.OpMoves, op.Status) {
+		t.Fatalf("the sample ended before it was cut (%v): make it longer", err)
+	}
+	n := s.Node()
+	n.Run(run.ID).ExecDone(&executor.Done{Epoch: head.Epoch, SeqID: 2, Status: states.OpPending, Message: "cut short by the node's stop"})
+	if err := n.Run(run.ID).Wake(); err != nil {
+		t.Fatal(err)
+	}
+	op := nodetest.Wait(t, s, acc.Op.ID)
+	t.Logf("sample took %v", time.Since(start))
+	if op.Status != states.OpSucceeded || op.Attempts != 0 {
+		t.Fatalf("the handed sample: %s attempts %d %v", op.Status, op.Attempts, op.ErrorMessage)
+	}
+	if got := nodetest.Submit(t, s, run.ID, 3, payload.Sample, long); got.Status != states.OpSucceeded {
+		t.Fatalf("the next operation: %s %v", got.Status, got.ErrorMessage)
 	}
 }

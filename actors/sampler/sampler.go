@@ -33,7 +33,11 @@ type Grain struct {
 	latest   int64                   // the run's latest weight version
 	runEnded bool                    // the run is terminal: latest is final
 	forRun   []*executor.SamplingJob // run-scoped samples waiting for their weight version
-	failedAt int64                   // the version whose sync failed: not retried until a newer one
+	// ranForRun is the last run-scoped sample this activation gave its
+	// executor: the run hands it again when woken, and the executor still
+	// has it (it reports to the run).
+	ranForRun handRef
+	failedAt  int64 // the version whose sync failed: not retried until a newer one
 	// waits holds, by seq_id, the weight version each queued operation
 	// requires (nil: none), and parsed the parsed payloads of those near
 	// the head (as a run's grain keeps them), so that a payload is parsed
@@ -314,6 +318,7 @@ func (g *Grain) kick() {
 			continue
 		}
 		j.Version = g.rec.SyncedWeightVersion
+		g.ranForRun = handOf(j)
 		g.N.Sample(j)
 	}
 	g.forRun = waiting
@@ -479,16 +484,23 @@ func (g *Grain) sampleForRun(_ actor.Context, in grain.In) (any, error) {
 		return nil, err
 	}
 	g.latest = max(g.latest, rs.Version)
-	for _, j := range g.forRun {
-		if j.Epoch == rs.RunEpoch && j.SeqID == rs.SeqID {
-			return struct{}{}, nil // sent again (see notify)
-		}
+	j := &executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
+		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ForRun: true, ReplyID: g.rec.RunID}
+	if handOf(j) == g.ranForRun || slices.ContainsFunc(g.forRun, func(w *executor.SamplingJob) bool { return handOf(w) == handOf(j) }) {
+		return struct{}{}, nil // handed again: already running or waiting here
 	}
-	g.forRun = append(g.forRun, &executor.SamplingJob{SamplerID: g.ID, RunID: g.rec.RunID, BaseModel: g.rec.BaseModel, Version: rs.Version,
-		Epoch: rs.RunEpoch, SeqID: rs.SeqID, Kind: payload.Sample, Payload: rs.Payload, ForRun: true, ReplyID: g.rec.RunID})
+	g.forRun = append(g.forRun, j)
 	g.kick()
 	return struct{}{}, nil
 }
+
+// handRef names a run-scoped sample: the run's activation and the seq_id.
+type handRef struct {
+	epoch uint64
+	seq   int64
+}
+
+func handOf(j *executor.SamplingJob) handRef { return handRef{j.Epoch, j.SeqID} }
 
 // remind is the idle reminder: a sampler nobody has used for SamplerIdle
 // is released (its adapter leaves the executor's memory, status absent, and
