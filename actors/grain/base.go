@@ -56,7 +56,8 @@ type idleCheck struct{}
 // activated it, which would then find no activation, again and again). A
 // handler that panics fails its call, and the grain starts over from its
 // durable state; so does one that fails, for a reason other than a
-// refusal, on a message nobody waits for.
+// refusal, on a message nobody waits for. One fenced by a newer activation
+// of its grain leaves (ErrFenced).
 func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 	switch m := ctx.Message().(type) {
 	case *pcluster.ClusterInit:
@@ -96,6 +97,13 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 				return err
 			})
 			var refusal *Error
+			if errors.Is(err, ErrFenced) {
+				// A newer activation holds the lease: what this one holds
+				// is stale. It answers every call so (try again) and leaves.
+				b.RT.Log.Info("grain fenced by a newer activation: leaving", "id", b.ID, "method", method)
+				b.Err = ErrFenced
+				return resp, err
+			}
 			if errors.Is(err, ErrPanic) || (err != nil && ctx.Sender() == nil && !errors.As(err, &refusal)) {
 				// What the grain holds in memory may be half-changed (a
 				// panic), or out of step with what it was told and could

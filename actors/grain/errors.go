@@ -32,6 +32,12 @@ func AsError(err error) *Error {
 	return &Error{Code: CodeInternal, Message: "internal error"}
 }
 
+// ErrFenced refuses what an activation does once a newer activation of its
+// grain holds the lease (two members briefly disagreeing about where the
+// grain lives): the activation leaves, and the caller, told to try again,
+// reaches the newer one.
+var ErrFenced = &Error{Code: CodeUnavailable, Message: "a newer activation of this resource took over; try again"}
+
 // ErrPanic is a handler or a job that panicked: a bug of the service, which
 // fails that one call or operation (internal_error) and leaves the node
 // serving.

@@ -73,10 +73,10 @@ func (o *Owner) Admit(in grain.In, g Ordered) (*protocol.Accepted, error) {
 		return nil, err
 	}
 	if err := g.Takes(); err != nil {
-		return nil, err
+		return nil, o.refuse(err)
 	}
 	if next := g.NextSeq(); sub.SeqID != next {
-		return nil, protocol.Refuse(protocol.CodeSeqMismatch, "seq_id %d does not match the %s's next_seq_id %d", sub.SeqID, r.What, next)
+		return nil, o.refuse(protocol.Refuse(protocol.CodeSeqMismatch, "seq_id %d does not match the %s's next_seq_id %d", sub.SeqID, r.What, next))
 	}
 	if err := o.N.Limits.Admit(sub.Tenant.Org, r.What, g.Depth()); err != nil {
 		return nil, err
@@ -86,6 +86,15 @@ func (o *Owner) Admit(in grain.In, g Ordered) (*protocol.Accepted, error) {
 		return nil, err
 	}
 	return Handle(op, true), nil
+}
+
+// refuse is a refusal drawn from what the activation holds in memory,
+// unless the store shows a newer activation holds the lease (Owns).
+func (o *Owner) refuse(err error) error {
+	if errors.Is(o.Owns(), grain.ErrFenced) {
+		return grain.ErrFenced
+	}
+	return err
 }
 
 // checkPayload checks a submission's kind against those offered where it

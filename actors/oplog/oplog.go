@@ -44,7 +44,7 @@ type Owner struct {
 }
 
 // HeadTx runs fn in a store transaction fenced by the owner's head: refused
-// (protocol.ErrFenced) unless the activation's epoch still holds the
+// (grain.ErrFenced) unless the activation's epoch still holds the
 // lease, and the head's next seq_id set to what fn returns.
 func (o *Owner) HeadTx(fn func(tx persistence.Tx) (int64, error)) error {
 	return o.fenced(func(tx persistence.Tx, h persistence.Head) error {
@@ -55,6 +55,23 @@ func (o *Owner) HeadTx(fn func(tx persistence.Tx) (int64, error)) error {
 		h.NextSeqID = next
 		return o.head.Put(tx, persistence.Heads, []byte(o.ID), h)
 	})
+}
+
+// Owns confirms with a read of the store that this activation still holds
+// its grain's lease (grain.ErrFenced if not). A refusal drawn from what the
+// activation holds in memory (a seq_id that is not the next one) asks it
+// first: an activation that a newer one replaced, while two members
+// disagreed about the grain's placement, would answer from stale state.
+func (o *Owner) Owns() error {
+	var h persistence.Head
+	err := o.N.Store.View(func(tx persistence.Tx) error {
+		_, err := tx.Get(persistence.Heads, []byte(o.ID), &h)
+		return err
+	})
+	if err == nil && h.Epoch != o.Epoch {
+		return grain.ErrFenced
+	}
+	return err
 }
 
 // Fenced runs fn in a store transaction fenced by the owner's head, as
@@ -70,7 +87,7 @@ func (o *Owner) fenced(fn func(tx persistence.Tx, h persistence.Head) error) err
 			return err
 		}
 		if h.Epoch != o.Epoch {
-			return protocol.ErrFenced
+			return grain.ErrFenced
 		}
 		return fn(tx, h)
 	})

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/wts-project/wts/actors/executor"
@@ -82,7 +81,3 @@ func Refuse(code, format string, args ...any) *Error {
 func NotFound(what, id string) *Error {
 	return Refuse(CodeNotFound, "%s %s not found", what, id)
 }
-
-// ErrFenced is a write refused because a newer activation of the grain
-// holds the lease.
-var ErrFenced = errors.New("grain fenced: a newer activation holds the lease")

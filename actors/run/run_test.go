@@ -308,3 +308,44 @@ func TestHandedSampleCutElsewhere(t *testing.T) {
 		t.Fatalf("the next operation: %s %v", got.Status, got.ErrorMessage)
 	}
 }
+
+// An activation that a newer one replaced (two members briefly disagreeing
+// about the run's placement) does not answer from its stale memory: a
+// seq_id it would refuse is checked against the store first, the caller
+// is told to try again (unavailable), and the activation leaves, so that
+// the next call finds the run as the store has it.
+func TestStaleActivationLeaves(t *testing.T) {
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	nodetest.Submit(t, s, run.ID, 1, payload.Forward, nodetest.Batch(1))
+	err := s.Store().Update(func(tx persistence.Tx) error { // a newer activation elsewhere took the lease and admitted seq 2
+		var h persistence.Head
+		if _, err := tx.Get(persistence.Heads, []byte(run.ID), &h); err != nil {
+			return err
+		}
+		h.Epoch++
+		h.NextSeqID = 3
+		return tx.Put(persistence.Heads, []byte(run.ID), &h)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := protocol.Submission{Tenant: nodetest.Tenant, Target: run.ID, SeqID: 3, IdempotencyKey: "k3", RequestHash: "h", Kind: payload.Forward, Payload: nodetest.Batch(3)}
+	var e *protocol.Error
+	if _, err := s.Submit(sub); !errors.As(err, &e) || e.Code != protocol.CodeUnavailable {
+		t.Fatalf("seq 3 to the stale activation (next_seq_id 2 in its memory): %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		acc, err := s.Submit(sub)
+		if err == nil {
+			if !acc.Created || acc.Op.SeqID != 3 {
+				t.Fatalf("seq 3 after the stale activation left: %+v", acc)
+			}
+			break
+		}
+		if !errors.As(err, &e) || e.Code != protocol.CodeUnavailable || time.Now().After(deadline) {
+			t.Fatalf("seq 3 after the stale activation left: %v", err)
+		}
+	}
+}

@@ -181,7 +181,7 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 			return err
 		}
 		if !l.Revoked && l.Epoch != g.epoch {
-			return protocol.ErrFenced
+			return grain.ErrFenced
 		}
 		was := ss.Status
 		if err := fn(tx, ss, l); err != nil {
