@@ -314,6 +314,20 @@ func (n *node) chaos(d, minGap, maxGap time.Duration, joins int, r *rand.Rand) (
 	}
 }
 
+// fail ends the soak: it prints what the members logged, kills them (none
+// is left running) and exits.
+func (n *node) fail(format string, args ...any) {
+	n.dumpLogs()
+	n.mu.Lock()
+	for _, m := range n.members {
+		if m.cmd != nil && m.cmd.Process != nil {
+			m.cmd.Process.Kill()
+		}
+	}
+	n.mu.Unlock()
+	log.Fatalf(format, args...)
+}
+
 // dumpLogs prints what the members logged at warn level and above, but
 // protoactor's own lines, for a failure's context.
 func (n *node) dumpLogs() {
@@ -418,8 +432,7 @@ func (c *client) load(stop <-chan struct{}) {
 				c.ended = string(out)
 				return
 			default:
-				c.n.dumpLogs()
-				log.Fatalf("%s seq %d: %d %s", c.name, seq, status, out)
+				c.n.fail("%s seq %d: %d %s", c.name, seq, status, out)
 			}
 			break
 		}
@@ -483,8 +496,7 @@ func (n *node) settle(clients []*client) time.Duration {
 						log.Printf("%s: seq %v %v %v", c.name, o["seq_id"], o["kind"], s)
 					}
 				}
-				n.dumpLogs()
-				log.Fatalf("%s (run %s): operations still running 90 s after the load", c.name, c.run)
+				n.fail("%s (run %s): operations still running 90 s after the load", c.name, c.run)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
