@@ -83,7 +83,21 @@ type Config struct {
 	Gossip     *cluster.Gossip
 	RemoteHost string
 	RemotePort int
+	// Role is what the node hosts in a cluster: RoleAll (""), RoleTrain
+	// (sessions and runs, so their trainers) or RoleSample (samplers, so
+	// their sampling executors).
+	Role string
 }
+
+// The roles a node may take in a cluster (Config.Role).
+const (
+	RoleAll    = ""
+	RoleTrain  = "train"
+	RoleSample = "sample"
+)
+
+// Roles names the roles, for flags and their errors.
+var Roles = []string{"all", RoleTrain, RoleSample}
 
 // System is one node: the actor system, its cluster (of one, or of every
 // node that gossips with it), the store, the executors, the exporter, and
@@ -181,10 +195,19 @@ func Start(cfg Config) (*System, error) {
 	}
 	n.Router.Actors = s.actors
 	host := cmp.Or(cfg.RemoteHost, "127.0.0.1")
-	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout, Gossip: cfg.Gossip},
-		pcluster.NewKind(protocol.SessionKind, props(func() actor.Actor { return session.New(n) })),
-		pcluster.NewKind(protocol.RunKind, props(func() actor.Actor { return run.New(n) })),
-		pcluster.NewKind(protocol.SamplerKind, props(func() actor.Actor { return sampler.New(n) })))
+	var kinds []*pcluster.Kind
+	if cfg.Role != RoleSample {
+		kinds = append(kinds, pcluster.NewKind(protocol.SessionKind, props(func() actor.Actor { return session.New(n) })),
+			pcluster.NewKind(protocol.RunKind, props(func() actor.Actor { return run.New(n) })))
+	}
+	if cfg.Role != RoleTrain {
+		kinds = append(kinds, pcluster.NewKind(protocol.SamplerKind, props(func() actor.Actor { return sampler.New(n) })))
+	}
+	// Samplers keep off the members that train while there are members
+	// for samplers alone: a sampler never shares a trainer's device then.
+	avoid := map[string][]string{protocol.SamplerKind: {protocol.RunKind}}
+	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout,
+		Gossip: cfg.Gossip, Avoid: avoid}, kinds...)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -225,12 +248,14 @@ func (s *System) Store() persistence.Store { return s.n.Store }
 // executors (tests drive reminders and executors through it).
 func (s *System) Node() *protocol.Node { return s.n }
 
-// Grains counts the grains in memory on the node, by kind (operators see
-// it at GET /admin/node; passivation empties it).
+// Grains counts the grains in memory on the node, by the kinds it hosts
+// (operators see it at GET /admin/node; passivation empties it).
 func (s *System) Grains() map[string]int {
 	out := map[string]int{}
 	for _, k := range []string{protocol.SessionKind, protocol.RunKind, protocol.SamplerKind} {
-		out[k] = int(s.cluster.GetClusterKind(k).Count())
+		if kind, ok := s.cluster.TryGetClusterKind(k); ok {
+			out[k] = int(kind.Count())
+		}
 	}
 	return out
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
 )
@@ -30,6 +29,8 @@ type Config struct {
 	// members, known in advance (none: a cluster of one).
 	Gossip *Gossip
 	Peers  []*pcluster.Member
+	// Avoid is the placement's rule for keeping kinds apart (Placement.Avoid).
+	Avoid map[string][]string
 }
 
 // Start joins the actor system to a cluster with the given grain kinds and
@@ -39,10 +40,11 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pclu
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
 	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
+	placement := &Placement{Avoid: cfg.Avoid}
 	if cfg.Gossip != nil {
-		provider = cfg.Gossip
+		provider, placement.Weight = cfg.Gossip, cfg.Gossip.Weight
 	}
-	cc := pcluster.Configure(cfg.Name, provider, disthash.New(), rc,
+	cc := pcluster.Configure(cfg.Name, provider, placement, rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))
 	c = pcluster.New(sys, cc)
 	defer func() {

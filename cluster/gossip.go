@@ -22,6 +22,16 @@ type Capacity struct {
 	GPUMemory int64 `msgpack:"gm,omitempty"` // bytes, all GPUs together
 }
 
+// Weight is the node's share of the grains (Placement): its GPU memory in
+// GiB where it has GPUs, since its trainers and samplers run there, else
+// its CPU threads.
+func (c Capacity) Weight() float64 {
+	if c.GPUs > 0 && c.GPUMemory > 0 {
+		return float64(c.GPUMemory) / (1 << 30)
+	}
+	return float64(max(c.Threads, 1))
+}
+
 // Node is one member as its metadata announces it.
 type Node struct {
 	ID       string   `msgpack:"i"` // the actor system's id (protoactor's member id); "" until it hosts grains
@@ -90,6 +100,8 @@ type Gossip struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	wmu     sync.Mutex
+	weights map[string]float64 // placement weight by member id, as published
 }
 
 // NewGossip returns a provider with the given configuration.
@@ -99,7 +111,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 		log = slog.Default()
 	}
 	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
-		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}}
 }
 
 // Open starts gossip under name and joins the configured members.
@@ -244,12 +256,27 @@ func (g *Gossip) loop() {
 func (g *Gossip) publish() {
 	nodes := g.Nodes()
 	members := make([]*pcluster.Member, 0, len(nodes))
+	g.wmu.Lock()
 	for _, n := range nodes {
 		if n.ID != "" {
 			members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
+			g.weights[n.ID] = n.Capacity.Weight()
 		}
 	}
+	g.wmu.Unlock()
 	g.c.MemberList.UpdateClusterTopology(members)
+}
+
+// Weight is member id's placement weight, from the capacity it announces
+// (Capacity.Weight); a member's capacity is fixed while it is up, so every
+// member weighs it alike.
+func (g *Gossip) Weight(id string) float64 {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if w, ok := g.weights[id]; ok {
+		return w
+	}
+	return 1
 }
 
 // Nodes are the live members (this one included) whose metadata reads;

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net"
 	"time"
 
@@ -58,6 +59,12 @@ type NodeReply struct {
 // /admin/node on ln until it is closed.
 func ServeAdmin(sys *actors.System, ln net.Listener) error {
 	srv := &fasthttp.Server{Name: "wts-admin", ReadTimeout: 10 * time.Second, Handler: func(ctx *fasthttp.RequestCtx) {
+		defer func() { // an operator's call, however odd, does not take the node down
+			if v := recover(); v != nil {
+				sys.Node().Log.Error("admin handler panic", "path", string(ctx.Path()), "panic", fmt.Sprint(v))
+				fail(ctx, protocol.CodeInternal, "internal error")
+			}
+		}()
 		switch path := string(ctx.Path()); {
 		case ctx.IsGet() && path == "/admin/node":
 			write(ctx, fasthttp.StatusOK, NodeReply{Devices: sys.Devices(), Grains: sys.Grains()})

@@ -65,6 +65,11 @@ func (p *Process) Kill() {
 	p.cmd.Wait()
 }
 
+// Pause stops the process in its tracks (SIGSTOP), as a long stall or a
+// network partition looks from outside; Resume lets it go on (SIGCONT).
+func (p *Process) Pause() error  { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+func (p *Process) Resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+
 var listening = regexp.MustCompile(`listening on http://(\S+)`)
 
 // Start runs cmd and waits (up to a minute) for the line on its standard

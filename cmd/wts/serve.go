@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -77,9 +78,16 @@ func serveCmd(args []string) error {
 	join := fs.String("join", "", "HOST:PORT[,...] gossip addresses of cluster members to join (with --advertise; none starts a new cluster)")
 	name := fs.String("name", "", "this node's name in the cluster, the same at every restart (default: from --advertise); its own files are in DATA/nodes/NAME")
 	voters := fs.Int("voters", 3, "how many nodes serve the cluster's store (etcd voters): the first to join")
+	role := fs.String("role", "all", "what this cluster node hosts: all, train (sessions and runs: their trainers) or sample (samplers: their sampling executors; while there are sample nodes, samplers keep off the train and all nodes)")
 	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT is 0.9 of it unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if !slices.Contains(actors.Roles, *role) {
+		return fmt.Errorf("--role %q: want one of %s", *role, strings.Join(actors.Roles, ", "))
+	}
+	if *role != "all" && *advertise == "" {
+		return fmt.Errorf("--role %s needs --advertise: a node alone hosts everything", *role)
 	}
 	if lim.RunQueue < 1 || lim.OrgQueue < 1 || lim.NodeQueue < 1 || lim.QueueBytes < 1 || lim.OrgSessions < 1 || lim.OrgRuns < 1 {
 		return fmt.Errorf("--max-queue-* and --max-live-* must be at least 1")
@@ -145,6 +153,9 @@ func serveCmd(args []string) error {
 		}
 		defer member.Close()
 		acfg.Store, acfg.Gossip, acfg.RemoteHost, acfg.RemotePort = member.Store, member.Gossip, member.RemoteHost, member.RemotePort
+		if *role != "all" {
+			acfg.Role = *role
+		}
 	}
 	sys, err := actors.Start(acfg)
 	if err != nil {

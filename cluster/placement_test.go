@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+)
+
+func members(kinds [][]string) []*pcluster.Member {
+	out := make([]*pcluster.Member, len(kinds))
+	for i, k := range kinds {
+		out[i] = &pcluster.Member{Id: fmt.Sprint("m", i), Host: "10.0.0.1", Port: int32(7000 + i), Kinds: k}
+	}
+	return out
+}
+
+// owners counts, by member id, the owners of n identities of kind.
+func owners(ms []*pcluster.Member, kind string, n int, weight func(*pcluster.Member) float64, avoid map[string][]string) map[string]int {
+	got := map[string]int{}
+	for i := range n {
+		if o := Owner(ms, kind, fmt.Sprint("wtr_", i), weight, avoid); o != nil {
+			got[o.Id]++
+		}
+	}
+	return got
+}
+
+// Each member owns a share of the grains proportional to its weight.
+func TestOwnerWeighted(t *testing.T) {
+	ms := members([][]string{{"run"}, {"run"}, {"run"}})
+	w := map[string]float64{"m0": 1, "m1": 3, "m2": 4}
+	const n = 40000
+	got := owners(ms, "run", n, func(m *pcluster.Member) float64 { return w[m.Id] }, nil)
+	for id, wt := range w {
+		if share := float64(got[id]) / n; math.Abs(share-wt/8) > 0.015 {
+			t.Errorf("member %s (weight %v) owns %.3f of the grains, want %.3f", id, wt, share, wt/8)
+		}
+	}
+}
+
+// A member that joins takes its share, and only grains that move to it
+// move.
+func TestOwnerJoinMovesOnlyToTheNewMember(t *testing.T) {
+	one := func(*pcluster.Member) float64 { return 1 }
+	before := members([][]string{{"run"}, {"run"}, {"run"}})
+	after := members([][]string{{"run"}, {"run"}, {"run"}, {"run"}})
+	const n = 20000
+	moved := 0
+	for i := range n {
+		id := fmt.Sprint("wtr_", i)
+		a, b := Owner(before, "run", id, one, nil), Owner(after, "run", id, one, nil)
+		if a.Id == b.Id {
+			continue
+		}
+		if b.Id != "m3" {
+			t.Fatalf("%s moved from %s to %s, not to the member that joined", id, a.Id, b.Id)
+		}
+		moved++
+	}
+	if share := float64(moved) / n; math.Abs(share-0.25) > 0.015 {
+		t.Errorf("the member that joined took %.3f of the grains, want 0.25", share)
+	}
+}
+
+// Samplers keep off members that host runs while there are members for
+// samplers alone, and use them otherwise; a kind nobody hosts has no
+// owner.
+func TestOwnerAvoid(t *testing.T) {
+	one := func(*pcluster.Member) float64 { return 1 }
+	avoid := map[string][]string{"sampler": {"run"}}
+	split := members([][]string{{"session", "run", "sampler"}, {"session", "run"}, {"sampler"}, {"sampler"}})
+	if got := owners(split, "sampler", 1000, one, avoid); got["m0"] != 0 || got["m2"] == 0 || got["m3"] == 0 {
+		t.Errorf("samplers with members for samplers alone: %v", got)
+	}
+	if got := owners(split, "run", 1000, one, avoid); got["m2"] != 0 || got["m3"] != 0 || got["m0"] == 0 || got["m1"] == 0 {
+		t.Errorf("runs: %v", got)
+	}
+	mixed := members([][]string{{"session", "run", "sampler"}, {"session", "run", "sampler"}})
+	if got := owners(mixed, "sampler", 1000, one, avoid); got["m0"] == 0 || got["m1"] == 0 {
+		t.Errorf("samplers with no member for samplers alone: %v", got)
+	}
+	if o := Owner(split, "export", "x", one, avoid); o != nil {
+		t.Errorf("a kind nobody hosts placed on %s", o.Id)
+	}
+}
