@@ -36,7 +36,7 @@ type member struct {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func startGossip(t *testing.T, join []string) *member {
+func startGossip(t testing.TB, join []string) *member {
 	t.Helper()
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
 	g := NewGossip(GossipConfig{Bind: "127.0.0.1:0", Join: join, Capacity: Capacity{Threads: 2}, Log: quiet()})
@@ -58,7 +58,7 @@ func (m *member) members() []string {
 }
 
 // waitMembers waits until every member of ms publishes want.
-func waitMembers(t *testing.T, within time.Duration, want []string, ms ...*member) time.Duration {
+func waitMembers(t testing.TB, within time.Duration, want []string, ms ...*member) time.Duration {
 	t.Helper()
 	want = slices.Sorted(slices.Values(want))
 	start := time.Now()
@@ -81,7 +81,7 @@ func waitMembers(t *testing.T, within time.Duration, want []string, ms ...*membe
 }
 
 // hosts asks, through m, where each of n identities lives.
-func hosts(t *testing.T, m *member, n int) map[string]string {
+func hosts(t testing.TB, m *member, n int) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for i := range n {
