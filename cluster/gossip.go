@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -55,6 +56,9 @@ type GossipConfig struct {
 	Join      []string // members to join (none: this node starts a cluster)
 	Capacity  Capacity
 	Log       *slog.Logger
+	// Transport, when set, carries the gossip in place of memberlist's own
+	// network transport on Bind (a test cuts it to split the cluster).
+	Transport memberlist.NodeAwareTransport
 }
 
 // Membership timing. A node that stops answering is suspected after a
@@ -75,6 +79,10 @@ const (
 	// republishEvery is how often the member list is published to
 	// protoactor again, events or not.
 	republishEvery = time.Second
+	// reconnectEvery is how often members declared dead are joined again,
+	// for up to reconnectFor (a machine gone for good is then forgotten).
+	reconnectEvery = 2 * time.Second
+	reconnectFor   = 24 * time.Hour
 	leaveTimeout   = 5 * time.Second
 )
 
@@ -102,6 +110,13 @@ type Gossip struct {
 	once    sync.Once
 	wmu     sync.Mutex
 	weights map[string]float64 // placement weight by member id, as published
+	// lost holds, guarded by mu, the gossip addresses of members that
+	// left or were declared dead, and since when: they are joined again
+	// now and then (reconnect), so that the two sides of a healed split
+	// merge (memberlist never probes a member it declared dead). One that
+	// left on purpose answers, if at all, that it has left, and stays out.
+	lost         map[string]time.Time
+	reconnecting atomic.Bool
 }
 
 // NewGossip returns a provider with the given configuration.
@@ -111,7 +126,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 		log = slog.Default()
 	}
 	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
-		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}}
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}, lost: map[string]time.Time{}}
 }
 
 // Open starts gossip under name and joins the configured members.
@@ -193,12 +208,17 @@ func (g *Gossip) StartMember(c *pcluster.Cluster) error {
 func (g *Gossip) config(name string) (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = name
-	host, port, err := splitHostPort(g.cfg.Bind)
-	if err != nil {
-		return nil, fmt.Errorf("gossip address %q: %w", g.cfg.Bind, err)
+	if g.cfg.Transport != nil {
+		mc.Transport = g.cfg.Transport
+	} else {
+		host, port, err := splitHostPort(g.cfg.Bind)
+		if err != nil {
+			return nil, fmt.Errorf("gossip address %q: %w", g.cfg.Bind, err)
+		}
+		mc.BindAddr, mc.BindPort = host, port
 	}
-	mc.BindAddr, mc.BindPort = host, port
 	if g.cfg.Advertise != "" {
+		var err error
 		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitHostPort(g.cfg.Advertise); err != nil {
 			return nil, fmt.Errorf("advertised gossip address %q: %w", g.cfg.Advertise, err)
 		}
@@ -236,6 +256,7 @@ func (g *Gossip) loop() {
 	defer close(g.done)
 	tick := time.NewTicker(republishEvery)
 	defer tick.Stop()
+	var reconnected time.Time
 	for {
 		select {
 		case <-g.stop:
@@ -247,9 +268,39 @@ func (g *Gossip) loop() {
 				_ = g.ml.Shutdown()
 				return
 			}
+			if time.Since(reconnected) >= reconnectEvery {
+				reconnected = time.Now()
+				g.reconnect()
+			}
 		}
 		g.publish()
 	}
+}
+
+// reconnect joins again, in the background, the members lost in the last
+// reconnectFor: one that died is refused (and tried again), one that was
+// only cut off (a network split) answers, and the two sides' member lists
+// merge.
+func (g *Gossip) reconnect() {
+	g.mu.Lock()
+	var addrs []string
+	for addr, since := range g.lost {
+		if time.Since(since) > reconnectFor {
+			delete(g.lost, addr)
+			continue
+		}
+		addrs = append(addrs, addr)
+	}
+	g.mu.Unlock()
+	if len(addrs) == 0 || !g.reconnecting.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer g.reconnecting.Store(false)
+		if n, err := g.ml.Join(addrs); n > 0 {
+			g.log.Info("members declared dead answered again", "joined", n, "tried", addrs, "err", err)
+		}
+	}()
 }
 
 // publish hands the live members that host grains to protoactor.
@@ -349,11 +400,17 @@ type events struct{ g *Gossip }
 
 func (e events) NotifyJoin(n *memberlist.Node) {
 	e.g.log.Info("member joined", "member", n.Name, "gossip", n.Address())
+	e.g.mu.Lock()
+	delete(e.g.lost, n.Address())
+	e.g.mu.Unlock()
 	e.g.kick()
 }
 
 func (e events) NotifyLeave(n *memberlist.Node) {
-	e.g.log.Info("member left", "member", n.Name, "gossip", n.Address(), "state", n.State)
+	e.g.log.Info("member left", "member", n.Name, "gossip", n.Address())
+	e.g.mu.Lock()
+	e.g.lost[n.Address()] = time.Now() // dead or left, memberlist does not say here (reconnect)
+	e.g.mu.Unlock()
 	e.g.kick()
 }
 

@@ -1,0 +1,258 @@
+// Several members in one process: protoactor's remote.Start sets grpc's
+// global logger while the members started before it log through it, a race
+// that one member per process (wts serve) never has; so not under -race.
+
+//go:build !race
+
+package actors_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/nodetest"
+	"github.com/wts-project/wts/actors/payload"
+	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/cluster"
+	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/persistence/etcdstore"
+	"github.com/wts-project/wts/providers"
+)
+
+// cut is a member's gossip transport that drops what it sends to the
+// members it is cut off from; each side cutting the other is a symmetric
+// split of the membership.
+type cut struct {
+	*memberlist.NetTransport
+	mu  sync.Mutex
+	off map[string]bool // gossip addresses
+}
+
+func (c *cut) blocked(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.off[addr]
+}
+
+// set cuts the member off from addrs (none: heals).
+func (c *cut) set(addrs ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = map[string]bool{}
+	for _, a := range addrs {
+		c.off[a] = true
+	}
+}
+
+var errCut = errors.New("cut off")
+
+func (c *cut) WriteTo(b []byte, addr string) (time.Time, error) {
+	if c.blocked(addr) {
+		return time.Now(), nil // lost on the way, as UDP may be
+	}
+	return c.NetTransport.WriteTo(b, addr)
+}
+
+func (c *cut) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	return c.WriteTo(b, a.Addr)
+}
+
+func (c *cut) DialTimeout(addr string, d time.Duration) (net.Conn, error) {
+	if c.blocked(addr) {
+		return nil, errCut
+	}
+	return c.NetTransport.DialTimeout(addr, d)
+}
+
+func (c *cut) DialAddressTimeout(a memberlist.Address, d time.Duration) (net.Conn, error) {
+	return c.DialTimeout(a.Addr, d)
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// member is one node of the split test's cluster.
+type member struct {
+	sys    *actors.System
+	gossip *cluster.Gossip
+	cut    *cut
+}
+
+func startMember(t *testing.T, name, data string, srv *etcdstore.Server, reg *providers.Registry, join ...string) *member {
+	t.Helper()
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cut{NetTransport: nt}
+	g := cluster.NewGossip(cluster.GossipConfig{Join: join, Capacity: cluster.Capacity{Threads: 1}, Transport: c, Log: quiet()})
+	if err := g.Open(name); err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.Open(etcdstore.Config{Client: srv.Client, Prefix: "wts/", BlobDir: filepath.Join(data, "blobs"), Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := nodetest.StartWith(t, actors.Config{DataDir: data, Registry: reg, Store: st, Gossip: g, RemoteHost: "127.0.0.1"})
+	return &member{sys: sys, gossip: g, cut: c}
+}
+
+// waitSees waits until each of ms sees exactly n live members.
+func waitSees(t *testing.T, n int, ms ...*member) {
+	t.Helper()
+	deadline := time.Now().Add(cluster.DeadWithin + 10*time.Second)
+	for _, m := range ms {
+		for len(m.gossip.Nodes()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %d members, want %d", m.gossip.Addr(), len(m.gossip.Nodes()), n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// submitVia submits run's operation seq through s, again while it answers
+// unavailable (an activation fenced by a newer one, leaving), and waits
+// for it to end; it returns the operation and how many fenced answers
+// came first.
+func submitVia(t *testing.T, s *actors.System, run string, seq int64) (*persistence.Operation, int) {
+	t.Helper()
+	kind, p := payload.ForwardBackward, nodetest.Batch(int(seq))
+	if seq%2 == 0 {
+		kind, p = payload.OptimStep, json.RawMessage(`{"adam_params":{"learning_rate":0.01}}`)
+	}
+	sub := protocol.Submission{Tenant: nodetest.Tenant, Target: run, SeqID: seq, IdempotencyKey: fmt.Sprint("k", seq), RequestHash: fmt.Sprint("h", seq), Kind: kind, Payload: p}
+	fenced := 0
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		acc, err := s.Submit(sub)
+		var e *protocol.Error
+		switch {
+		case err == nil:
+			return nodetest.Wait(t, s, acc.Op.ID), fenced
+		case errors.As(err, &e) && e.Code == protocol.CodeUnavailable && time.Now().Before(deadline):
+			fenced++
+		default:
+			t.Fatalf("seq %d: %v", seq, err)
+		}
+	}
+}
+
+// The membership splits in two while both sides keep running and keep the
+// store (the worst case: each side places the run on itself, and each
+// activation can reach the store). A run trained through one side, then
+// the other, then the first again: each time, the side that lost the
+// run's lease cannot write (its activation is refused, answers
+// unavailable and leaves; the next call takes the lease over from the
+// store), and after the split heals nothing was applied twice: every
+// operation succeeded once, in order, with the losses and optimizer steps
+// of the same run trained on one node.
+func TestSplitMembership(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three members and an etcd voter")
+	}
+	data := t.TempDir()
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: "store", Dir: filepath.Join(data, "etcd"), Peer: free(), Client: free(), Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	reg := nodetest.Registry(t)
+	a := startMember(t, "a", data, srv, reg)
+	ms := []*member{a, startMember(t, "b", data, srv, reg, a.gossip.Addr()), startMember(t, "c", data, srv, reg, a.gossip.Addr())}
+	defer func() {
+		var stopping sync.WaitGroup
+		for _, m := range ms {
+			stopping.Add(1)
+			go func() { defer stopping.Done(); m.sys.Stop(context.Background()) }()
+		}
+		stopping.Wait()
+	}()
+	waitSees(t, 3, ms...)
+
+	// The same run on one node alone: the figures a run that nothing was
+	// applied twice to must show.
+	ref := nodetest.Start(t, reg, t.TempDir())
+	_, refRun := nodetest.NewRun(t, ref)
+	const ops = 10
+	var want []*persistence.Operation
+	for seq := int64(1); seq <= ops; seq++ {
+		op, _ := submitVia(t, ref, refRun.ID, seq)
+		want = append(want, op)
+	}
+	ref.Stop(context.Background())
+
+	_, run := nodetest.NewRun(t, a.sys)
+	for seq := int64(1); seq <= 4; seq++ {
+		submitVia(t, a.sys, run.ID, seq)
+	}
+	var owner *member
+	var others []*member
+	for _, m := range ms {
+		if m.sys.Grains()[protocol.RunKind] > 0 {
+			owner = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	if owner == nil {
+		t.Fatal("no member hosts the run")
+	}
+	owner.cut.set(others[0].gossip.Addr(), others[1].gossip.Addr())
+	for _, m := range others {
+		m.cut.set(owner.gossip.Addr())
+	}
+	waitSees(t, 1, owner)
+	waitSees(t, 2, others...)
+
+	// The larger side takes the run over (its placement: itself) and trains.
+	for seq := int64(5); seq <= 6; seq++ {
+		submitVia(t, others[0].sys, run.ID, seq)
+	}
+	// The cut-off side's activation still holds the run in memory: it is
+	// refused and leaves; the retry takes the lease over from the store.
+	if _, fenced := submitVia(t, owner.sys, run.ID, 7); fenced == 0 {
+		t.Error("the side that lost the run's lease answered at once")
+	}
+	// And back: the larger side's activation is now the stale one.
+	if _, fenced := submitVia(t, others[1].sys, run.ID, 8); fenced == 0 {
+		t.Error("the larger side, its lease taken, answered at once")
+	}
+
+	for _, m := range ms {
+		m.cut.set()
+	}
+	waitSees(t, 3, ms...)
+	for seq := int64(9); seq <= ops; seq++ {
+		submitVia(t, ms[int(seq)%3].sys, run.ID, seq)
+	}
+
+	page, err := a.sys.ListOperations(nodetest.Tenant, run.ID, 0, 100)
+	if err != nil || len(page.Items) != ops {
+		t.Fatalf("operations after the split healed: %v %+v", err, page)
+	}
+	for i, op := range page.Items {
+		if op.SeqID != int64(i+1) || op.Status != states.OpSucceeded || string(op.Result) != string(want[i].Result) {
+			t.Errorf("seq %d: %s %s, want %s (trained on one node)", op.SeqID, op.Status, op.Result, want[i].Result)
+		}
+	}
+}
