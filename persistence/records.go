@@ -268,6 +268,10 @@ type Export struct {
 	ErrorMessage     string    `msgpack:"error_message"`
 	CreatedAt        time.Time `msgpack:"created_at"`
 	UpdatedAt        time.Time `msgpack:"updated_at"`
+	// Claim is the exporter uploading it, until ClaimedUntil (renewed while
+	// it works): in a cluster, one node's exporter at a time.
+	Claim        string    `msgpack:"claim,omitempty"`
+	ClaimedUntil time.Time `msgpack:"claimed_until,omitempty"`
 }
 
 // Sampler is a run's sampler: it serves sample and logprobs operations, in

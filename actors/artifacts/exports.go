@@ -2,6 +2,8 @@ package artifacts
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -16,6 +18,15 @@ import (
 // defaultExportWait bounds one export, all files included.
 const defaultExportWait = 10 * time.Minute
 
+// exportClaim is how long an exporter's claim on an export lasts unless it
+// renews it (at a third of it, while it uploads): another node's exporter
+// takes an upload over once the claim has lapsed (its node died), and
+// every exporter looks for such work this often.
+const exportClaim = 30 * time.Second
+
+// errClaimed is an export another exporter holds: not this one's to do.
+var errClaimed = errors.New("claimed by another exporter")
+
 // Exports publishes LoRA artifacts to a hub, one at a time, oldest first,
 // from the exports accepted into the store.
 type Exports struct {
@@ -23,12 +34,13 @@ type Exports struct {
 	Vault    *persistence.Vault
 	Endpoint string        // the hub's
 	wake     chan struct{} // tells the exporter there is work
+	self     string        // this exporter's claim mark, new in every process
 }
 
 // NewExports is the exports of node n, sealed with vault, to the hub at
 // endpoint; Run publishes them.
 func NewExports(n *protocol.Node, vault *persistence.Vault, endpoint string) *Exports {
-	return &Exports{N: n, Vault: vault, Endpoint: endpoint, wake: make(chan struct{}, 1)}
+	return &Exports{N: n, Vault: vault, Endpoint: endpoint, wake: make(chan struct{}, 1), self: rand.Text()}
 }
 
 // Create accepts the publication of a run's LoRA artifact to a hub
@@ -159,7 +171,7 @@ func (s *Exports) Run(stop <-chan struct{}) {
 			s.N.Log.Error("read exports", "err", err)
 		}
 		for _, id := range todo {
-			if err := s.publish(ctx, id); err != nil && ctx.Err() == nil {
+			if err := s.publish(ctx, id); err != nil && ctx.Err() == nil && !errors.Is(err, errClaimed) {
 				s.N.Log.Error("export", "export", id, "err", err)
 			}
 		}
@@ -167,6 +179,7 @@ func (s *Exports) Run(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-s.wake:
+		case <-time.After(exportClaim): // claims that lapsed: their exporters died
 		}
 	}
 }
@@ -187,11 +200,28 @@ func (s *Exports) setExport(id string, fn func(*persistence.Export) error) (*per
 	return &out, err
 }
 
-// publish uploads one export's artifact: repository, branch, files, commit.
-// The token is opened only here and goes only to the Hub.
+// claimed applies fn to an export this exporter holds, or may take (its
+// claim lapsed or let go), and renews the claim; errClaimed if another
+// exporter holds it.
+func (s *Exports) claimed(id string, fn func(*persistence.Export) error) (*persistence.Export, error) {
+	return s.setExport(id, func(e *persistence.Export) error {
+		now := s.N.Now()
+		if e.Claim != s.self && now.Before(e.ClaimedUntil) {
+			return errClaimed
+		}
+		e.Claim, e.ClaimedUntil = s.self, now.Add(exportClaim)
+		return fn(e)
+	})
+}
+
+// publish uploads one export's artifact and records how it ended. The
+// exporter claims the export first and holds the claim while it uploads,
+// so one node's exporter at a time works on it; one that takes over a
+// lapsed claim starts again (every step of the Hub protocol may be
+// repeated).
 func (s *Exports) publish(ctx context.Context, id string) error {
-	ex, err := s.setExport(id, func(e *persistence.Export) error {
-		if e.Status == states.ExportUploading { // cut short by a stop: taken again
+	ex, err := s.claimed(id, func(e *persistence.Export) error {
+		if e.Status == states.ExportUploading { // cut short by a stop or a crash: taken again
 			return nil
 		}
 		return states.Move(states.ExportMoves, &e.Status, states.ExportUploading)
@@ -199,38 +229,68 @@ func (s *Exports) publish(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	var commit string
-	end := func(err error) error {
-		if ctx.Err() != nil {
-			return err // stopping: left uploading, taken again at the next start
+	hold, release := context.WithCancelCause(ctx)
+	held := make(chan struct{})
+	go func() { // renew the claim until the upload ends; losing it ends the upload
+		defer close(held)
+		for {
+			select {
+			case <-hold.Done():
+				return
+			case <-time.After(exportClaim / 3):
+			}
+			if _, err := s.claimed(id, func(*persistence.Export) error { return nil }); err != nil {
+				release(err)
+				return
+			}
 		}
-		_, serr := s.setExport(id, func(e *persistence.Export) error {
-			if err == nil {
-				e.ResultArtifactID, e.CommitOID = e.ArtifactID, commit
-				return states.Move(states.ExportMoves, &e.Status, states.ExportSucceeded)
-			}
-			e.ErrorCode, e.ErrorMessage = hub.CodeOf(err), err.Error()
-			if e.ErrorCode == "" {
-				e.ErrorCode = protocol.CodeInternal
-			}
-			return states.Move(states.ExportMoves, &e.Status, states.ExportFailed)
-		})
-		return serr
+	}()
+	commit, err := s.upload(hold, ex)
+	release(nil)
+	<-held
+	switch {
+	case ctx.Err() != nil:
+		// Stopping: left uploading, the claim let go so that another
+		// exporter (or this node's, restarted) takes it at once.
+		if _, rerr := s.claimed(id, func(e *persistence.Export) error { e.ClaimedUntil = time.Time{}; return nil }); rerr != nil {
+			s.N.Log.Error("let go of an export", "export", id, "err", rerr)
+		}
+		return err
+	case context.Cause(hold) != context.Canceled:
+		return context.Cause(hold) // the claim was lost: its new holder finishes the export
 	}
+	_, err = s.claimed(id, func(e *persistence.Export) error {
+		if err == nil {
+			e.ResultArtifactID, e.CommitOID = e.ArtifactID, commit
+			return states.Move(states.ExportMoves, &e.Status, states.ExportSucceeded)
+		}
+		e.ErrorCode, e.ErrorMessage = hub.CodeOf(err), err.Error()
+		if e.ErrorCode == "" {
+			e.ErrorCode = protocol.CodeInternal
+		}
+		return states.Move(states.ExportMoves, &e.Status, states.ExportFailed)
+	})
+	return err
+}
+
+// upload sends an export's artifact to the hub (repository, branch, files,
+// commit) and returns the commit. The token is opened only here and goes
+// only to the hub.
+func (s *Exports) upload(ctx context.Context, ex *persistence.Export) (string, error) {
 	a, err := Artifact(s.N.Store, ex.ArtifactID)
 	if err == nil && (a == nil || a.Status != states.Available) {
 		err = &hub.Error{Code: protocol.CodeArtifactRetired, Message: "the artifact was retired before it was published"}
 	}
 	if err != nil {
-		return end(err)
+		return "", err
 	}
 	cred, err := s.credential(ex.Tenant, ex.CredentialID, protocol.CredentialHub)
 	if err != nil {
-		return end(&hub.Error{Code: protocol.CodeCredentialNotFound, Message: "the credential is gone"})
+		return "", &hub.Error{Code: protocol.CodeCredentialNotFound, Message: "the credential is gone"}
 	}
 	token, err := s.Vault.Open(cred)
 	if err != nil {
-		return end(err)
+		return "", err
 	}
 	c := &hub.Client{Endpoint: s.Endpoint, Token: string(token)}
 	uctx, cancel := context.WithTimeout(ctx, defaultExportWait)
@@ -244,10 +304,10 @@ func (s *Exports) publish(ctx context.Context, id string) error {
 	if err == nil && ex.Revision != "main" {
 		err = c.CreateBranch(uctx, ex.Repo, ex.Revision)
 	}
-	if err == nil {
-		commit, err = c.Upload(uctx, ex.Repo, ex.Revision, fmt.Sprintf("Upload LoRA adapter %s from wts run %s", a.ID, a.RunID), files)
+	if err != nil {
+		return "", err
 	}
-	return end(err)
+	return c.Upload(uctx, ex.Repo, ex.Revision, fmt.Sprintf("Upload LoRA adapter %s from wts run %s", a.ID, a.RunID), files)
 }
 
 // ownRun refuses a run that is not tenant t's.
