@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/wts-project/wts/actors"
+	"github.com/wts-project/wts/actors/limits"
 	"github.com/wts-project/wts/actors/nodetest"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
@@ -91,6 +92,12 @@ type member struct {
 }
 
 func startMember(t *testing.T, name, data string, srv *etcdstore.Server, reg *providers.Registry, join ...string) *member {
+	return startMemberWith(t, name, data, srv, actors.Config{Registry: reg}, join...)
+}
+
+// startMemberWith starts a member with cfg (its store, gossip and folder
+// set here).
+func startMemberWith(t *testing.T, name, data string, srv *etcdstore.Server, cfg actors.Config, join ...string) *member {
 	t.Helper()
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, Logger: log.New(io.Discard, "", 0)})
 	if err != nil {
@@ -105,7 +112,8 @@ func startMember(t *testing.T, name, data string, srv *etcdstore.Server, reg *pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	sys := nodetest.StartWith(t, actors.Config{DataDir: data, Registry: reg, Store: st, Gossip: g, RemoteHost: "127.0.0.1"})
+	cfg.DataDir, cfg.Store, cfg.Gossip, cfg.RemoteHost = data, st, g, "127.0.0.1"
+	sys := nodetest.StartWith(t, cfg)
 	return &member{sys: sys, gossip: g, cut: c}
 }
 
@@ -149,6 +157,70 @@ func submitVia(t *testing.T, s *actors.System, run string, seq int64) (*persiste
 	}
 }
 
+// voter starts an etcd voter for the members of a test.
+func voter(t *testing.T, data string) *etcdstore.Server {
+	t.Helper()
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: "store", Dir: filepath.Join(data, "etcd"), Peer: free(), Client: free(), Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// An organization's live sessions and runs are bounded across the
+// cluster, whichever node creates or ends them.
+func TestLiveLimitsClusterWide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two members and an etcd voter")
+	}
+	data := t.TempDir()
+	srv := voter(t, data)
+	defer srv.Close()
+	cfg := actors.Config{Registry: nodetest.Registry(t), Limits: limits.Limits{RunQueue: 10, OrgQueue: 10, NodeQueue: 10, QueueBytes: 1 << 20, OrgSessions: 2, OrgRuns: 2}}
+	a := startMemberWith(t, "a", data, srv, cfg)
+	b := startMemberWith(t, "b", data, srv, cfg, a.gossip.Addr())
+	defer func() {
+		var stopping sync.WaitGroup
+		for _, m := range []*member{a, b} {
+			stopping.Add(1)
+			go func() { defer stopping.Done(); m.sys.Stop(context.Background()) }()
+		}
+		stopping.Wait()
+	}()
+	waitSees(t, 2, a, b)
+	create := func(via *member, id string) (*protocol.Session, error) {
+		s, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: id})
+		return s, err
+	}
+	first, err := create(a, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(b, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	var e *protocol.Error
+	for _, via := range []*member{a, b} {
+		if _, err := create(via, "s3"); !errors.As(err, &e) || e.Code != protocol.CodeLimitExceeded {
+			t.Fatalf("a third live session, through %s: %v", via.gossip.Addr(), err)
+		}
+	}
+	if _, err := b.sys.CloseSession(nodetest.Tenant, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(a, "s3"); err != nil {
+		t.Fatalf("a session after one closed on the other node: %v", err)
+	}
+}
+
 // The membership splits in two while both sides keep running and keep the
 // store (the worst case: each side places the run on itself, and each
 // activation can reach the store). A run trained through one side, then
@@ -163,18 +235,7 @@ func TestSplitMembership(t *testing.T) {
 		t.Skip("starts three members and an etcd voter")
 	}
 	data := t.TempDir()
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	srv, err := etcdstore.Serve(etcdstore.ServerConfig{Name: "store", Dir: filepath.Join(data, "etcd"), Peer: free(), Client: free(), Log: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := voter(t, data)
 	defer srv.Close()
 	reg := nodetest.Registry(t)
 	a := startMember(t, "a", data, srv, reg)

@@ -335,22 +335,29 @@ func (h atLeast) WithGroup(name string) slog.Handler {
 	return atLeast{h.Handler.WithGroup(name), h.min}
 }
 
-// countLive counts the live sessions and runs in the store against their
-// organizations' limits.
+// countLive counts, once, the live sessions and runs of a store from
+// before their counts were kept in it (limits.Recount).
 func (s *System) countLive() error {
-	err := s.n.Store.View(func(tx persistence.Tx) error {
+	err := limits.Recount(s.n.Store, func(tx persistence.Tx) (map[string]*limits.Count, error) {
+		counts := map[string]*limits.Count{}
+		of := func(org string) *limits.Count {
+			if counts[org] == nil {
+				counts[org] = new(limits.Count)
+			}
+			return counts[org]
+		}
 		err := persistence.Each(tx, persistence.Runs, nil, nil, func(_ []byte, r *persistence.Run) (bool, error) {
 			if !states.Terminal(states.RunMoves, r.Status) {
-				s.n.Limits.Found(r.Tenant.Org, limits.Runs)
+				of(r.Tenant.Org).Runs++
 			}
 			return true, nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return persistence.Each(tx, persistence.Sessions, nil, nil, func(_ []byte, ss *persistence.Session) (bool, error) {
+		return counts, persistence.Each(tx, persistence.Sessions, nil, nil, func(_ []byte, ss *persistence.Session) (bool, error) {
 			if !states.Terminal(states.SessionMoves, ss.Status) {
-				s.n.Limits.Found(ss.Tenant.Org, limits.Sessions)
+				of(ss.Tenant.Org).Sessions++
 			}
 			return true, nil
 		})

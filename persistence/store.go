@@ -44,9 +44,10 @@ const (
 	Exports     Bucket = "exports"     // export id → Export
 	Samplers    Bucket = "samplers"    // sampler id → Sampler
 	Leases      Bucket = "leases"      // session id → its lease (actors/lease)
+	Live        Bucket = "live"        // organization → its live sessions and runs (actors/limits)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

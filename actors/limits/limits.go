@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/persistence"
 )
 
 // Limits are the bounds. A submission past a queue limit is refused with
@@ -49,16 +50,16 @@ const (
 	Runs     Live = "run"
 )
 
-// Counter counts what the limits bound: each grain's queued operations and
-// the bytes its memos hold for them (as the grain last reported them, after
-// each message it handled), and each organization's live sessions and runs.
+// Counter counts what the queue limits bound: each grain's queued
+// operations and the bytes its memos hold for them (as the grain last
+// reported them, after each message it handled); it checks the live limits
+// against the counts in the store (Open).
 type Counter struct {
 	lim    Limits
 	mu     sync.Mutex
 	grains map[string]Load // grain id → its load
 	orgs   map[string]Load
 	node   Load
-	live   map[liveKey]int
 }
 
 // Load is a grain's, an organization's or the node's queued operations
@@ -69,15 +70,9 @@ type Load struct {
 	Bytes int64
 }
 
-// liveKey counts an organization's live sessions or runs.
-type liveKey struct {
-	org  string
-	what Live
-}
-
 // New is a counter of nothing yet under lim.
 func New(lim Limits) *Counter {
-	return &Counter{lim: lim, grains: map[string]Load{}, orgs: map[string]Load{}, live: map[liveKey]int{}}
+	return &Counter{lim: lim, grains: map[string]Load{}, orgs: map[string]Load{}}
 }
 
 func refuse(code, format string, args ...any) *grain.Error {
@@ -128,39 +123,76 @@ func (a *Counter) Admit(org, what string, ops int) error {
 	return nil
 }
 
-// Open counts a new live session or run of org, refusing it at the limit.
-func (a *Counter) Open(org string, what Live) error {
+// Count is an organization's live sessions and runs, as the store holds
+// them (bucket persistence.Live): written in the transaction that creates
+// or ends one, so it is exact across the nodes of a cluster.
+type Count struct {
+	Sessions int `msgpack:"s"`
+	Runs     int `msgpack:"r"`
+}
+
+func (c *Count) of(what Live) *int {
+	if what == Runs {
+		return &c.Runs
+	}
+	return &c.Sessions
+}
+
+// Open counts a new live session or run of org inside tx, refusing it at
+// the limit. A transaction that runs again reads the count again.
+func (a *Counter) Open(tx persistence.Tx, org string, what Live) error {
 	limit := a.lim.OrgSessions
 	if what == Runs {
 		limit = a.lim.OrgRuns
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := liveKey{org, what}
-	if a.live[k] >= limit {
-		return refuse(CodeLimitExceeded, "the organization has %d live %ss, its limit; close one first", a.live[k], what)
+	var c Count
+	if _, err := tx.Get(persistence.Live, []byte(org), &c); err != nil {
+		return err
 	}
-	a.live[k]++
-	return nil
+	n := c.of(what)
+	if *n >= limit {
+		return refuse(CodeLimitExceeded, "the organization has %d live %ss, its limit; close one first", *n, what)
+	}
+	*n++
+	return tx.Put(persistence.Live, []byte(org), &c)
 }
 
-// Found counts a live session or run of org that the node finds in its
-// store when it starts: it was admitted before, so no limit refuses it.
-func (a *Counter) Found(org string, what Live) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.live[liveKey{org, what}]++
+// Close counts, inside tx, a live session or run of org that ends there.
+func Close(tx persistence.Tx, org string, what Live) error {
+	var c Count
+	if _, err := tx.Get(persistence.Live, []byte(org), &c); err != nil {
+		return err
+	}
+	if n := c.of(what); *n > 0 {
+		*n--
+	}
+	return tx.Put(persistence.Live, []byte(org), &c)
 }
 
-// Close counts a live session or run of org that ended (or was not made
-// after all).
-func (a *Counter) Close(org string, what Live) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := liveKey{org, what}
-	if a.live[k]--; a.live[k] <= 0 {
-		delete(a.live, k)
-	}
+// countedKey marks a store whose live counts are kept (Recount).
+var countedKey = []byte("\x00counted")
+
+// Recount sets every organization's count from what is live in the store
+// (found: live sessions and runs by organization), once: a store from
+// before the counts were kept. It is done inside one transaction, which
+// finds the marker if another node recounted first.
+func Recount(st persistence.Store, found func(tx persistence.Tx) (map[string]*Count, error)) error {
+	return st.Update(func(tx persistence.Tx) error {
+		var done bool
+		if ok, err := tx.Get(persistence.Live, countedKey, &done); err != nil || ok {
+			return err
+		}
+		counts, err := found(tx)
+		if err != nil {
+			return err
+		}
+		for org, c := range counts {
+			if err := tx.Put(persistence.Live, []byte(org), c); err != nil {
+				return err
+			}
+		}
+		return tx.Put(persistence.Live, countedKey, true)
+	})
 }
 
 // Queued is the node's load.
@@ -168,39 +200,4 @@ func (a *Counter) Queued() Load {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.node
-}
-
-// Claim is one live session or run that a store transaction may create:
-// the transaction opens it (Open) and may run more than once (a store
-// runs a writer again when another changed what it read), so it opens
-// once whatever the runs; Keep then closes it unless the creation was
-// stored.
-type Claim struct {
-	c    *Counter
-	org  string
-	what Live
-	held bool
-}
-
-// Claim starts a claim on a live what of org.
-func (a *Counter) Claim(org string, what Live) *Claim { return &Claim{c: a, org: org, what: what} }
-
-// Open opens the claim's count, once, refusing it at the limit.
-func (cl *Claim) Open() error {
-	if cl.held {
-		return nil
-	}
-	if err := cl.c.Open(cl.org, cl.what); err != nil {
-		return err
-	}
-	cl.held = true
-	return nil
-}
-
-// Keep ends the claim: the count stays when stored, and closes otherwise.
-func (cl *Claim) Keep(stored bool) {
-	if cl.held && !stored {
-		cl.c.Close(cl.org, cl.what)
-	}
-	cl.held = false
 }

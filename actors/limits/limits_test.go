@@ -1,9 +1,12 @@
 package limits
 
 import (
+	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/wts-project/wts/actors/grain"
+	"github.com/wts-project/wts/persistence"
 )
 
 func code(err error) string {
@@ -48,55 +51,60 @@ func TestQueueLimits(t *testing.T) {
 	}
 }
 
-// An organization's live sessions and runs are bounded apart; ending one
-// makes room, and what the node finds at start counts without a limit.
+// An organization's live sessions and runs are counted in the store and
+// bounded apart; ending one makes room; a transaction that fails counts
+// nothing; a store from before the counts is recounted once.
 func TestLiveLimits(t *testing.T) {
+	st, err := persistence.Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	c := New(Limits{RunQueue: 1, OrgQueue: 1, NodeQueue: 1, QueueBytes: 1, OrgSessions: 2, OrgRuns: 1})
-	for range 2 {
-		if err := c.Open("a", Sessions); err != nil {
+	open := func(org string, what Live) error {
+		return st.Update(func(tx persistence.Tx) error { return c.Open(tx, org, what) })
+	}
+	closed := func(org string, what Live) {
+		if err := st.Update(func(tx persistence.Tx) error { return Close(tx, org, what) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Open("a", Sessions); code(err) != CodeLimitExceeded {
+	found := func(tx persistence.Tx) (map[string]*Count, error) {
+		return map[string]*Count{"a": {Sessions: 1, Runs: 1}}, nil
+	}
+	if err := Recount(st, found); err != nil { // a store from before: one live session and run of a
+		t.Fatal(err)
+	}
+	if err := Recount(st, func(persistence.Tx) (map[string]*Count, error) { return nil, errors.New("counted twice") }); err != nil {
+		t.Fatalf("a second recount: %v", err)
+	}
+	if err := open("a", Sessions); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("a", Sessions); code(err) != CodeLimitExceeded {
 		t.Fatalf("a session past the limit of two: %v", err)
 	}
-	if err := c.Open("a", Runs); err != nil {
-		t.Fatalf("a run beside the sessions: %v", err)
+	if err := open("a", Runs); code(err) != CodeLimitExceeded {
+		t.Fatalf("a run past the one found: %v", err)
 	}
-	if err := c.Open("b", Sessions); err != nil {
+	if err := open("b", Sessions); err != nil {
 		t.Fatalf("another organization: %v", err)
 	}
-	c.Close("a", Sessions)
-	if err := c.Open("a", Sessions); err != nil {
+	closed("a", Sessions)
+	if err := open("a", Sessions); err != nil {
 		t.Fatalf("after one ended: %v", err)
 	}
-	c.Found("a", Runs)
-	c.Close("a", Runs)
-	if err := c.Open("a", Runs); code(err) != CodeLimitExceeded {
-		t.Fatalf("the run found at start still counts: %v", err)
-	}
-}
-
-// A claim opens once however often its transaction runs, and closes
-// unless what it counted was stored.
-func TestClaim(t *testing.T) {
-	c := New(Limits{RunQueue: 1, OrgQueue: 1, NodeQueue: 1, QueueBytes: 1, OrgSessions: 2, OrgRuns: 1})
-	cl := c.Claim("o", Sessions)
-	for range 3 { // a transaction run three times
-		if err := cl.Open(); err != nil {
-			t.Fatal(err)
+	closed("a", Runs)
+	err = st.Update(func(tx persistence.Tx) error {
+		if err := c.Open(tx, "a", Runs); err != nil {
+			return err
 		}
+		return errors.New("the creation fails after its count")
+	})
+	if err == nil {
+		t.Fatal("the failing transaction succeeded")
 	}
-	cl.Keep(true)
-	other := c.Claim("o", Sessions)
-	if err := other.Open(); err != nil {
-		t.Fatalf("the second of two sessions: %v", err)
-	}
-	other.Keep(false) // not stored after all
-	if err := c.Claim("o", Sessions).Open(); err != nil {
-		t.Fatalf("a claim not kept still counts: %v", err)
-	}
-	if err := c.Claim("o", Sessions).Open(); err == nil {
-		t.Fatal("a third live session was admitted")
+	if err := open("a", Runs); err != nil {
+		t.Fatalf("a failed creation still counts: %v", err)
 	}
 }

@@ -85,9 +85,7 @@ func (g *Grain) Receive(ctx actor.Context) {
 // operations queued after it were written against a state that will never
 // exist.
 func (g *Grain) activate() error {
-	var ended *persistence.Run // ended by this activation
 	err := g.N.Store.Update(func(tx persistence.Tx) error {
-		ended = nil
 		r := new(persistence.Run)
 		if ok, err := tx.Get(persistence.Runs, []byte(g.ID), r); err != nil || !ok {
 			if err == nil {
@@ -144,14 +142,13 @@ func (g *Grain) activate() error {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !wasTerminal {
-			ended = r
+			if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+				return err
+			}
 		}
 		g.run = r
 		return nil
 	})
-	if err == nil && ended != nil {
-		g.N.Limits.Close(ended.Tenant.Org, limits.Runs) // counted live at start
-	}
 	return err
 }
 
@@ -172,6 +169,9 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 			if err := usage.Settle(tx, r.ID, g.N.Now()); err != nil {
 				return 0, err
 			}
+			if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+				return 0, err
+			}
 		}
 		next = &r
 		if r.SameRecord(g.run) {
@@ -181,9 +181,6 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 		return r.NextSeqID, tx.Put(persistence.Runs, []byte(r.ID), &r)
 	})
 	if err == nil {
-		if states.Terminal(states.RunMoves, next.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
-			g.N.Limits.Close(next.Tenant.Org, limits.Runs)
-		}
 		g.run = next
 	}
 	return err

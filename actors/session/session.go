@@ -66,9 +66,8 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := persistence.RequestKey(req.Tenant, "session", req.RequestID)
-	claim := n.Limits.Claim(req.Tenant.Org, limits.Sessions)
 	err = n.Store.Update(func(tx persistence.Tx) error {
-		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, claim.Open)
+		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return n.Limits.Open(tx, req.Tenant.Org, limits.Sessions) })
 		created = isNew
 		if err != nil {
 			return err
@@ -82,7 +81,6 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		sess = protocol.SessionView(rec, stored)
 		return err
 	})
-	claim.Keep(err == nil && created)
 	if err != nil {
 		if e := (*protocol.Error)(nil); errors.As(err, &e) {
 			return nil, false, err
@@ -193,6 +191,11 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 		ss.UpdatedAt = g.N.Now()
 		out = protocol.SessionView(ss, l)
 		ended = states.Terminal(states.SessionMoves, ss.Status) && !states.Terminal(states.SessionMoves, was)
+		if ended {
+			if err := limits.Close(tx, ss.Tenant.Org, limits.Sessions); err != nil {
+				return err
+			}
+		}
 		if err := tx.Put(persistence.Leases, []byte(g.ID), l); err != nil {
 			return err
 		}
@@ -200,9 +203,6 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 	})
 	if err != nil {
 		return nil, err
-	}
-	if ended {
-		g.N.Limits.Close(out.Tenant.Org, limits.Sessions)
 	}
 	g.closing = out.Status == states.SessionClosing
 	if out.Status != states.SessionReady {
@@ -263,7 +263,6 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 			os.RemoveAll(filepath.Dir(g.N.Volume.InitialDir(id)))
 		}
 	}()
-	claim := g.N.Limits.Claim(req.Tenant.Org, limits.Runs)
 	_, err = g.update(&req.Tenant, func(tx persistence.Tx, ss *persistence.Session, l *lease.Lease) error {
 		out = protocol.RunReply{}
 		if ss.RunID != "" {
@@ -282,14 +281,13 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 		if err != nil {
 			return err
 		}
-		if err := claim.Open(); err != nil {
+		if err := g.N.Limits.Open(tx, req.Tenant.Org, limits.Runs); err != nil {
 			return err
 		}
 		ss.RunID = run.ID
 		out = protocol.RunReply{Run: *run, Created: true}
 		return persistence.CreateRun(tx, run)
 	})
-	claim.Keep(err == nil && out.Created)
 	return &out, err
 }
 
