@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -41,6 +42,10 @@ type Member struct {
 	server     *etcdstore.Server // nil when the node is a client of the store
 	client     *clientv3.Client  // the store's
 }
+
+// collectEvery is how often each voter removes the blob files no record
+// refers to (etcdstore.CollectBlobs).
+const collectEvery = time.Hour
 
 // Join gossips with the cluster (or starts one) and opens the shared
 // store: as one of its etcd voters while fewer than cfg.Voters serve it
@@ -97,7 +102,11 @@ func Join(cfg MemberConfig) (_ *Member, err error) {
 	} else if m.client, err = etcdstore.Dial(voters); err != nil {
 		return nil, err
 	}
-	if m.Store, err = etcdstore.Open(etcdstore.Config{Client: m.client, Prefix: "wts/", BlobDir: cfg.BlobDir, Log: log}); err != nil {
+	sc := etcdstore.Config{Client: m.client, Prefix: "wts/", BlobDir: cfg.BlobDir, Log: log}
+	if voter {
+		sc.CollectEvery = collectEvery // the voters read the records from their own copy
+	}
+	if m.Store, err = etcdstore.Open(sc); err != nil {
 		return nil, err
 	}
 	log.Info("cluster member", "name", cfg.Name, "voter", voter, "voters", voters, "gossip", g.Addr())

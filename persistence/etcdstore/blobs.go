@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/wts-project/wts/persistence"
 )
@@ -39,7 +41,8 @@ func (b blobs) store(raw []byte) ([]byte, error) {
 	}
 	sum := sha256.Sum256(raw)
 	path := b.path(sum[:])
-	if _, err := os.Stat(path); err == nil {
+	if now := time.Now(); os.Chtimes(path, now, now) == nil {
+		// There already, and now recent: the collector leaves it (collect).
 		return append([]byte{blob}, sum[:]...), nil
 	}
 	if err := persistence.WriteFile(path, raw); err != nil {
@@ -67,4 +70,49 @@ func (b blobs) resolve(v []byte) ([]byte, error) {
 		return raw, nil
 	}
 	return nil, fmt.Errorf("blob: unknown stored value tag %q", v[0])
+}
+
+// collect removes the blob files that no record refers to, of those
+// untouched for grace: a file is written (or, reused, touched) before the
+// transaction that refers to it commits, so one younger than grace may
+// belong to a transaction still under way. refs says whether a hash is
+// referred to; it must be read after the files were listed. A file is
+// moved aside before it goes, and put back if it was touched meanwhile
+// (reused by a writer that found it there just before).
+func (b blobs) collect(grace time.Duration, list func() (map[string]bool, error)) (removed int, err error) {
+	cutoff := time.Now().Add(-grace)
+	var old []string
+	err = filepath.WalkDir(b.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || len(d.Name()) != 2*sha256.Size {
+			return err
+		}
+		if info, err := d.Info(); err == nil && info.ModTime().Before(cutoff) {
+			old = append(old, path)
+		}
+		return nil
+	})
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	refs, err := list()
+	if err != nil {
+		return 0, err
+	}
+	for _, path := range old {
+		if refs[filepath.Base(path)] {
+			continue
+		}
+		aside := path + ".collect"
+		if err := os.Rename(path, aside); err != nil {
+			continue // gone already (another node's collector)
+		}
+		if info, err := os.Stat(aside); err == nil && !info.ModTime().Before(cutoff) {
+			os.Rename(aside, path) // reused meanwhile
+			continue
+		}
+		if err := os.Remove(aside); err == nil {
+			removed++
+		}
+	}
+	return removed, nil
 }

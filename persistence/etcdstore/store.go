@@ -70,7 +70,14 @@ type Config struct {
 	// records above BlobAbove.
 	BlobDir string
 	Log     *slog.Logger
+	// CollectEvery, above 0, is how often the store removes the blob files
+	// no record refers to any more (CollectBlobs with BlobGrace).
+	CollectEvery time.Duration
 }
+
+// BlobGrace is how long a blob file is left alone after it was written or
+// reused, whatever refers to it: far longer than a transaction may take.
+const BlobGrace = time.Hour
 
 var _ persistence.Store = (*Store)(nil)
 
@@ -87,8 +94,62 @@ func Open(cfg Config) (*Store, error) {
 		in: make(chan *write, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	s.cache.init()
 	go s.commitLoop()
+	if cfg.CollectEvery > 0 {
+		go s.collectLoop(cfg.CollectEvery)
+	}
 	return s, nil
 }
+
+// collectLoop removes unreferenced blob files every period until Close.
+func (s *Store) collectLoop(every time.Duration) {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(every):
+		}
+		if n, err := s.CollectBlobs(BlobGrace); err != nil {
+			s.log.Error("collect blob files", "err", err)
+		} else if n > 0 {
+			s.log.Info("collected blob files no record refers to", "removed", n)
+		}
+	}
+}
+
+// CollectBlobs removes the blob files that no record refers to and that
+// nothing wrote or reused for grace (a record rewritten with other content
+// leaves its old file; a transaction that did not commit leaves its new
+// one). Collectors on several nodes may run at once.
+func (s *Store) CollectBlobs(grace time.Duration) (int, error) {
+	return s.blobs.collect(grace, s.blobRefs)
+}
+
+// blobRefs lists the blob hashes (hex) the store's records refer to, read
+// page by page.
+func (s *Store) blobRefs() (map[string]bool, error) {
+	refs := map[string]bool{}
+	from, end := s.prefix, clientv3.GetPrefixRangeEnd(s.prefix)
+	for {
+		c, cancel := ctx()
+		resp, err := s.cli.Get(c, from, clientv3.WithRange(end), clientv3.WithLimit(refPage))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list blob references: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			if len(kv.Value) > 0 && kv.Value[0] == blob {
+				refs[fmt.Sprintf("%x", kv.Value[1:])] = true
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return refs, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// refPage is how many records one read of blobRefs takes.
+const refPage = 1000
 
 // OnCommit sets fn to be told of every group commit: its writers, no pages
 // (etcd's own), and the time it took.

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -339,5 +342,70 @@ func BenchmarkUpdate(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
 			b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "writes/commit")
 		})
+	}
+}
+
+// The blob files no record refers to go, once older than the grace: the
+// file a rewritten record left and the file of a transaction that never
+// committed; a referenced one stays, and so does an old file that a
+// writer reuses (it is touched).
+func TestCollectBlobs(t *testing.T) {
+	srv := voter(t, "a", t.TempDir())
+	defer srv.Close()
+	blobDir := t.TempDir()
+	st := open(t, srv, blobDir, false)
+	big := func(c byte) rec { return rec{Blob: bytes.Repeat([]byte{c}, BlobAbove+1)} }
+	put := func(key string, r rec) {
+		t.Helper()
+		if err := st.Update(func(tx persistence.Tx) error { return tx.Put(persistence.Runs, []byte(key), &r) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := func() []string {
+		var out []string
+		filepath.WalkDir(blobDir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				out = append(out, path)
+			}
+			return err
+		})
+		return out
+	}
+	age := func() {
+		old := time.Now().Add(-2 * time.Hour)
+		for _, f := range files() {
+			if err := os.Chtimes(f, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put("k", big('a'))
+	put("k", big('b')) // the file of 'a' is left
+	raw, err := persistence.Marshal(big('c'))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.blobs.store(raw); err != nil { // written, its transaction never committed
+		t.Fatal(err)
+	}
+	put("d", big('d'))
+	if n := len(files()); n != 4 {
+		t.Fatalf("%d blob files, want 4", n)
+	}
+	if n, err := st.CollectBlobs(time.Hour); err != nil || n != 0 {
+		t.Fatalf("young files collected: %d %v", n, err)
+	}
+	age()
+	put("e", big('d')) // reuses the file of 'd', old by now: touched
+	if n, err := st.CollectBlobs(time.Hour); err != nil || n != 2 {
+		t.Fatalf("collected %d files, want 2 (%v)", n, err)
+	}
+	if n := len(files()); n != 2 {
+		t.Fatalf("%d blob files left, want 2", n)
+	}
+	for key, c := range map[string]byte{"k": 'b', "d": 'd', "e": 'd'} {
+		if r, ok := get(t, st, key); !ok || !bytes.Equal(r.Blob, big(c).Blob) {
+			t.Fatalf("record %s after the collection: %v", key, ok)
+		}
 	}
 }
