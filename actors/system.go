@@ -205,9 +205,12 @@ func Start(cfg Config) (*System, error) {
 	}
 	// Samplers keep off the members that train while there are members
 	// for samplers alone: a sampler never shares a trainer's device then.
-	avoid := map[string][]string{protocol.SamplerKind: {protocol.RunKind}}
-	s.cluster, err = cluster.Start(s.actors, cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout,
-		Gossip: cfg.Gossip, Avoid: avoid}, kinds...)
+	cc := cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout,
+		Avoid: map[string][]string{protocol.SamplerKind: {protocol.RunKind}}}
+	if cfg.Gossip != nil { // a cluster: placed by free capacity, recorded in the store
+		cc.Gossip, cc.Directory = cfg.Gossip, st
+	}
+	s.cluster, err = cluster.Start(s.actors, cc, kinds...)
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/wts-project/wts/persistence"
 	"google.golang.org/grpc"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	Peers  []*pcluster.Member
 	// Avoid is the placement's rule for keeping kinds apart (Placement.Avoid).
 	Avoid map[string][]string
+	// Directory is the store where a cluster's placement records where its
+	// grains live (Placement.Directory); nil for a cluster of fixed members.
+	Directory persistence.Store
 }
 
 // Start joins the actor system to a cluster with the given grain kinds and
@@ -40,9 +44,9 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pclu
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
 	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
-	placement := &Placement{Avoid: cfg.Avoid}
+	placement := &Placement{Avoid: cfg.Avoid, Directory: cfg.Directory}
 	if cfg.Gossip != nil {
-		provider, placement.Weight = cfg.Gossip, cfg.Gossip.Weight
+		provider, placement.Weight, placement.Load = cfg.Gossip, cfg.Gossip.Weight, cfg.Gossip.Load
 	}
 	cc := pcluster.Configure(cfg.Name, provider, placement, rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))

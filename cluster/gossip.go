@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -40,6 +41,9 @@ type Node struct {
 	Port     int      `msgpack:"p"`
 	Kinds    []string `msgpack:"k"`
 	Capacity Capacity `msgpack:"c"`
+	// Load is how many grains of each kind the node holds in memory,
+	// announced again when it changes (Placement's free capacity).
+	Load map[string]int `msgpack:"l,omitempty"`
 	// Store is where the node serves the cluster's shared store to the
 	// others ("" when it serves none).
 	Store string `msgpack:"s,omitempty"`
@@ -109,7 +113,8 @@ type Gossip struct {
 	done    chan struct{}
 	once    sync.Once
 	wmu     sync.Mutex
-	weights map[string]float64 // placement weight by member id, as published
+	weights map[string]float64        // placement weight by member id, as published
+	loads   map[string]map[string]int // grains by kind, by member id, as published
 	// lost holds, guarded by mu, the gossip addresses of members that
 	// left or were declared dead, and since when: they are joined again
 	// now and then (reconnect), so that the two sides of a healed split
@@ -126,7 +131,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 		log = slog.Default()
 	}
 	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
-		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}, lost: map[string]time.Time{}}
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}, loads: map[string]map[string]int{}, lost: map[string]time.Time{}}
 }
 
 // Open starts gossip under name and joins the configured members.
@@ -268,6 +273,7 @@ func (g *Gossip) loop() {
 				_ = g.ml.Shutdown()
 				return
 			}
+			g.announceLoad()
 			if time.Since(reconnected) >= reconnectEvery {
 				reconnected = time.Now()
 				g.reconnect()
@@ -311,11 +317,38 @@ func (g *Gossip) publish() {
 	for _, n := range nodes {
 		if n.ID != "" {
 			members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
-			g.weights[n.ID] = n.Capacity.Weight()
+			g.weights[n.ID], g.loads[n.ID] = n.Capacity.Weight(), n.Load
 		}
 	}
 	g.wmu.Unlock()
 	g.c.MemberList.UpdateClusterTopology(members)
+}
+
+// Load is how many grains of kind member id last announced it holds.
+func (g *Gossip) Load(id, kind string) int {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return g.loads[id][kind]
+}
+
+// announceLoad tells the others how many grains of each kind this node
+// holds, when that changed.
+func (g *Gossip) announceLoad() {
+	load := map[string]int{}
+	for _, k := range g.c.GetClusterKinds() {
+		if kind, ok := g.c.TryGetClusterKind(k); ok && kind.Count() > 0 {
+			load[k] = int(kind.Count())
+		}
+	}
+	g.mu.Lock()
+	same := maps.Equal(load, g.self.Load)
+	g.mu.Unlock()
+	if same {
+		return
+	}
+	if err := g.setMeta(func(n *Node) { n.Load = load }); err != nil {
+		g.log.Warn("announce load", "err", err)
+	}
 }
 
 // Weight is member id's placement weight, from the capacity it announces

@@ -5,38 +5,58 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/wts-project/wts/persistence"
 )
 
 // Placement is the cluster's identity lookup (a protoactor IdentityLookup):
-// each grain lives on the member that weighted rendezvous hashing picks
-// among the members that host its kind (Owner). Every member computes the
-// same owner from the same topology, with no directory to keep; a member
-// weighs as its announced capacity, so a node with more devices hosts
-// proportionally more runs and samplers (and their trainers and sampling
-// executors, which sit beside them); a member that joins or leaves moves
-// only the grains that now hash to it or did.
+// it says on which member each grain lives, among the members that host
+// its kind.
+//
+// With a Directory (a cluster's shared store), a grain stays on the member
+// it was placed on while that member is up, and a grain placed anew (new,
+// or its member gone) goes to the freer of its two first members by
+// weighted rendezvous hashing (Owner): the one with more capacity per grain
+// it already holds, as members announce them. A member that joins takes
+// new grains at once and moves none; trainers stay where they are. The
+// record of the choice is written with a compare on what was read, so two
+// members placing one grain at once agree.
+//
+// Without one (tests of the cluster alone), every grain lives on its first
+// member by weighted rendezvous hashing, each member then owning a share
+// proportional to its weight, and a grain whose first member changes with
+// the member list passivates and moves.
 type Placement struct {
 	// Weight is a member's weight, by member id (nil: every member 1). It
-	// must not change while the member is up: members that disagreed about
-	// it would place grains differently.
+	// must not change while the member is up.
 	Weight func(id string) float64
+	// Load is how many grains of a kind a member holds, by member id (nil:
+	// none).
+	Load func(id, kind string) int
 	// Avoid lists, by kind, the kinds whose members a grain of that kind
 	// keeps off while some member hosting it does not host them (samplers
 	// off the members that train, when there are members for samplers
 	// alone).
 	Avoid map[string][]string
+	// Directory, when set, records where each grain was placed.
+	Directory persistence.Store
 
 	c         *pcluster.Cluster
 	activator *actor.PID
 	sub       *eventstream.Subscription
 	mu        sync.RWMutex
 	members   []*pcluster.Member
+}
+
+// placed is a grain's record in the directory.
+type placed struct {
+	Member string `msgpack:"m"` // the member's id
 }
 
 // activatorName is the actor on every member that activates the grains
@@ -69,12 +89,17 @@ func (p *Placement) Shutdown() {
 	}
 }
 
-// Get returns the grain's activation, asking its owner to activate it if
-// needed (nil when no member hosts its kind or the owner did not answer).
+// Get returns the grain's activation, asking its member to activate it if
+// needed (nil when no member hosts its kind or the member did not answer).
 func (p *Placement) Get(id *pcluster.ClusterIdentity) *actor.PID {
 	p.mu.RLock()
-	owner := Owner(p.members, id.Kind, id.Identity, p.weight, p.Avoid)
+	members := p.members
 	p.mu.RUnlock()
+	owner, err := p.owner(members, id.Kind, id.Identity)
+	if err != nil {
+		p.c.Logger().Error("place a grain", slog.String("grain", id.AsKey()), slog.Any("error", err))
+		return nil
+	}
 	if owner == nil {
 		return nil
 	}
@@ -93,6 +118,62 @@ func (p *Placement) Get(id *pcluster.ClusterIdentity) *actor.PID {
 // drops it from the PID cache itself when a call finds it gone.
 func (p *Placement) RemovePid(*pcluster.ClusterIdentity, *actor.PID) {}
 
+// owner is the member that hosts the grain: its directory record's while
+// that member is among members, else the freer of its two first members
+// (recorded). nil when no member hosts kind.
+func (p *Placement) owner(members []*pcluster.Member, kind, identity string) (*pcluster.Member, error) {
+	ranked := Ranked(members, kind, identity, p.weight, p.Avoid)
+	if p.Directory == nil || len(ranked) < 2 {
+		if len(ranked) == 0 {
+			return nil, nil
+		}
+		return ranked[0], nil
+	}
+	key := []byte(kind + "/" + identity)
+	find := func(tx persistence.Tx) (*pcluster.Member, error) {
+		var rec placed
+		if ok, err := tx.Get(persistence.Placements, key, &rec); err != nil || !ok {
+			return nil, err
+		}
+		if i := slices.IndexFunc(ranked, func(m *pcluster.Member) bool { return m.Id == rec.Member }); i >= 0 {
+			return ranked[i], nil
+		}
+		return nil, nil // its member is gone, or no longer hosts the kind
+	}
+	var at *pcluster.Member
+	err := p.Directory.View(func(tx persistence.Tx) (err error) {
+		at, err = find(tx)
+		return err
+	})
+	if err != nil || at != nil {
+		return at, err
+	}
+	err = p.Directory.Update(func(tx persistence.Tx) (err error) {
+		if at, err = find(tx); err != nil || at != nil {
+			return err
+		}
+		at = p.freer(ranked[0], ranked[1], kind)
+		return tx.Put(persistence.Placements, key, &placed{Member: at.Id})
+	})
+	return at, err
+}
+
+// freer is whichever of a and b has more capacity for one more grain of
+// kind (its weight over the grains it holds, plus one); a on a tie.
+func (p *Placement) freer(a, b *pcluster.Member, kind string) *pcluster.Member {
+	free := func(m *pcluster.Member) float64 {
+		load := 0
+		if p.Load != nil {
+			load = p.Load(m.Id, kind)
+		}
+		return p.weight(m) / float64(load+1)
+	}
+	if free(b) > free(a) {
+		return b
+	}
+	return a
+}
+
 func (p *Placement) weight(m *pcluster.Member) float64 {
 	if p.Weight == nil {
 		return 1
@@ -100,13 +181,21 @@ func (p *Placement) weight(m *pcluster.Member) float64 {
 	return p.Weight(m.Id)
 }
 
-// Owner is the member that hosts kind's grain identity: among the members
-// hosting kind (those that avoid none of avoid[kind], if any of them do),
-// the one with the highest weighted rendezvous score, w / -ln(u) for u
-// the member's and the grain's hash in (0, 1). Each member then owns a
-// share of the grains proportional to its weight. nil when no member hosts
-// kind.
+// Owner is the first member for kind's grain identity by weighted
+// rendezvous hashing (Ranked); nil when no member hosts kind. Each member
+// is first for a share of the grains proportional to its weight.
 func Owner(members []*pcluster.Member, kind, identity string, weight func(*pcluster.Member) float64, avoid map[string][]string) *pcluster.Member {
+	if r := Ranked(members, kind, identity, weight, avoid); len(r) > 0 {
+		return r[0]
+	}
+	return nil
+}
+
+// Ranked orders the members that may host kind's grain identity (those
+// hosting kind; of them, those that avoid none of avoid[kind], if any do)
+// by their weighted rendezvous score, highest first: w / -ln(u), for u the
+// member's and the grain's hash in (0, 1) and w the member's weight.
+func Ranked(members []*pcluster.Member, kind, identity string, weight func(*pcluster.Member) float64, avoid map[string][]string) []*pcluster.Member {
 	candidates := make([]*pcluster.Member, 0, len(members))
 	apart := make([]*pcluster.Member, 0, len(members))
 	for _, m := range members {
@@ -121,18 +210,24 @@ func Owner(members []*pcluster.Member, kind, identity string, weight func(*pclus
 	if len(apart) > 0 {
 		candidates = apart
 	}
-	var best *pcluster.Member
-	top := math.Inf(-1)
+	score := make(map[*pcluster.Member]float64, len(candidates))
 	for _, m := range candidates {
 		w := weight(m)
 		if w <= 0 {
 			w = 1
 		}
-		if s := w / -math.Log(unit(m.Address(), kind, identity)); s > top || s == top && m.Address() < best.Address() {
-			best, top = m, s
-		}
+		score[m] = w / -math.Log(unit(m.Address(), kind, identity))
 	}
-	return best
+	slices.SortFunc(candidates, func(a, b *pcluster.Member) int {
+		switch {
+		case score[a] > score[b]:
+			return -1
+		case score[a] < score[b]:
+			return 1
+		}
+		return strings.Compare(a.Address(), b.Address())
+	})
+	return candidates
 }
 
 // unit hashes a member and a grain to a number in (0, 1), the same on
@@ -196,6 +291,9 @@ func (a *activator) Receive(ctx actor.Context) {
 			}
 		}
 	case *pcluster.ClusterTopology:
+		if a.p.Directory != nil {
+			return // grains stay while their member is up
+		}
 		self := a.p.c.ActorSystem.Address()
 		for _, g := range a.grains {
 			if o := Owner(m.Members, g.id.Kind, g.id.Identity, a.p.weight, a.p.Avoid); o == nil || o.Address() != self {

@@ -3,9 +3,11 @@ package cluster
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/wts-project/wts/persistence"
 )
 
 func members(kinds [][]string) []*pcluster.Member {
@@ -83,5 +85,67 @@ func TestOwnerAvoid(t *testing.T) {
 	}
 	if o := Owner(split, "export", "x", one, avoid); o != nil {
 		t.Errorf("a kind nobody hosts placed on %s", o.Id)
+	}
+}
+
+// With a directory, a grain is placed on the freer of its two first
+// members and stays there while that member is up: a member that joins
+// moves nothing and takes new grains; a grain whose member left is placed
+// again among the others.
+func TestPlacementDirectory(t *testing.T) {
+	st, err := persistence.Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	load := map[string]int{"m0": 8, "m1": 0}
+	p := &Placement{Directory: st, Load: func(id, _ string) int { return load[id] }}
+	two := members([][]string{{"run"}, {"run"}})
+	owners := func(ms []*pcluster.Member, n int) map[string]string {
+		out := map[string]string{}
+		for i := range n {
+			o, err := p.owner(ms, "run", fmt.Sprint("wtr_", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprint("wtr_", i)] = o.Id
+		}
+		return out
+	}
+	first := owners(two, 40)
+	for id, m := range first {
+		if m != "m1" {
+			t.Fatalf("%s placed on %s, the fuller member", id, m)
+		}
+	}
+	load["m0"], load["m1"] = 0, 8 // the loads change: placed grains stay
+	three := members([][]string{{"run"}, {"run"}, {"run"}})
+	load["m2"] = 0
+	for id, m := range owners(three, 40) {
+		if m != first[id] {
+			t.Fatalf("%s moved from %s to %s when a member joined", id, first[id], m)
+		}
+	}
+	fresh := 0
+	for i := 40; i < 80; i++ {
+		o, err := p.owner(three, "run", fmt.Sprint("wtr_", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Id == "m1" {
+			t.Fatalf("a new grain placed on the fullest member")
+		}
+		if o.Id == "m2" {
+			fresh++
+		}
+	}
+	if fresh == 0 {
+		t.Error("no new grain placed on the member that joined")
+	}
+	gone := []*pcluster.Member{three[0], three[2]} // m1 left
+	for id, m := range owners(gone, 40) {
+		if m == "m1" {
+			t.Fatalf("%s still placed on the member that left", id)
+		}
 	}
 }

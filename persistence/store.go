@@ -45,9 +45,10 @@ const (
 	Samplers    Bucket = "samplers"    // sampler id → Sampler
 	Leases      Bucket = "leases"      // session id → its lease (actors/lease)
 	Live        Bucket = "live"        // organization → its live sessions and runs (actors/limits)
+	Placements  Bucket = "placements"  // grain kind/identity → the cluster member it was placed on (cluster.Placement)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.
