@@ -157,9 +157,14 @@ func submitVia(t *testing.T, s *actors.System, run string, seq int64) (*persiste
 	}
 }
 
-// voter starts an etcd voter for the members of a test.
-func voter(t *testing.T, data string) *etcdstore.Server {
+// voter starts an etcd voter for the members of a test, in a data folder
+// they share (skipped with -short), and stops it when the test ends.
+func voter(t *testing.T) (*etcdstore.Server, string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts cluster members and an etcd voter")
+	}
+	data := t.TempDir()
 	free := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -172,18 +177,14 @@ func voter(t *testing.T, data string) *etcdstore.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv
+	t.Cleanup(srv.Close) // after the members, which the test stops
+	return srv, data
 }
 
 // An organization's live sessions and runs are bounded across the
 // cluster, whichever node creates or ends them.
 func TestLiveLimitsClusterWide(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two members and an etcd voter")
-	}
-	data := t.TempDir()
-	srv := voter(t, data)
-	defer srv.Close()
+	srv, data := voter(t)
 	cfg := actors.Config{Registry: nodetest.Registry(t), Limits: limits.Limits{RunQueue: 10, OrgQueue: 10, NodeQueue: 10, QueueBytes: 1 << 20, OrgSessions: 2, OrgRuns: 2}}
 	a := startMemberWith(t, "a", data, srv, cfg)
 	b := startMemberWith(t, "b", data, srv, cfg, a.gossip.Addr())
@@ -231,12 +232,7 @@ func TestLiveLimitsClusterWide(t *testing.T) {
 // operation succeeded once, in order, with the losses and optimizer steps
 // of the same run trained on one node.
 func TestSplitMembership(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three members and an etcd voter")
-	}
-	data := t.TempDir()
-	srv := voter(t, data)
-	defer srv.Close()
+	srv, data := voter(t)
 	reg := nodetest.Registry(t)
 	a := startMember(t, "a", data, srv, reg)
 	ms := []*member{a, startMember(t, "b", data, srv, reg, a.gossip.Addr()), startMember(t, "c", data, srv, reg, a.gossip.Addr())}

@@ -290,6 +290,18 @@ func (tc *testCluster) checkAudit(t *testing.T, want int) {
 	}
 }
 
+// The cluster tests train runs of pairs (forward_backward, optim_step).
+const runs, pairs = 3, 8
+
+// trainingCluster starts three nodes, with runs to train.
+func trainingCluster(t *testing.T) (*testCluster, []string) {
+	if testing.Short() {
+		t.Skip("starts three nodes")
+	}
+	tc := newTestCluster(t, 3)
+	return tc, tc.createRuns(t, runs, "s")
+}
+
 // Three nodes on one shared data folder train three runs, each run's
 // operations sent to all three in turn; the node hosting a run is killed
 // (SIGKILL) mid-training. Every acknowledged operation then ends
@@ -299,12 +311,7 @@ func (tc *testCluster) checkAudit(t *testing.T, want int) {
 // run goes on running. Then a fourth node joins, and new runs are placed
 // on it.
 func TestClusterSurvivesAKilledNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three nodes")
-	}
-	tc := newTestCluster(t, 3)
-	const runs, pairs = 3, 8
-	ids := tc.createRuns(t, runs, "s")
+	tc, ids := trainingCluster(t)
 	var killed time.Time
 	acked := tc.train(t, ids, pairs, 3, func() {
 		victim := tc.runHost(t)
@@ -403,12 +410,7 @@ func (tc *testCluster) wait(t *testing.T, id string) map[string]any {
 // when it resumes is fenced (its writes refused, its activations gone),
 // and every check of the killed-node test holds.
 func TestClusterPartitionedNodeIsFenced(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three nodes")
-	}
-	tc := newTestCluster(t, 3)
-	const runs, pairs = 3, 8
-	ids := tc.createRuns(t, runs, "s")
+	tc, ids := trainingCluster(t)
 	victim := -1
 	resumed := make(chan struct{})
 	acked := tc.train(t, ids, pairs, 3, func() {
