@@ -208,7 +208,7 @@ func Start(cfg Config) (*System, error) {
 	cc := cluster.Config{Name: "wts", Host: host, Port: cfg.RemotePort, RequestTimeout: requestTimeout,
 		Avoid: map[string][]string{protocol.SamplerKind: {protocol.RunKind}}}
 	if cfg.Gossip != nil { // a cluster: placed by free capacity, recorded in the store
-		cc.Gossip, cc.Directory = cfg.Gossip, st
+		cc.Gossip, cc.Directory, cc.Needs = cfg.Gossip, st, s.baseModel
 	}
 	s.cluster, err = cluster.Start(s.actors, cc, kinds...)
 	if err != nil {
@@ -336,6 +336,28 @@ func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h atLeast) WithGroup(name string) slog.Handler {
 	return atLeast{h.Handler.WithGroup(name), h.min}
+}
+
+// baseModel is the base model a grain needs its node to serve: its run's
+// or sampler's ("" for a session, or a record not yet there).
+func (s *System) baseModel(kind, id string) (string, error) {
+	var model string
+	err := s.n.Store.View(func(tx persistence.Tx) error {
+		switch kind {
+		case protocol.RunKind:
+			var r persistence.Run
+			_, err := tx.Get(persistence.Runs, []byte(id), &r)
+			model = r.BaseModel
+			return err
+		case protocol.SamplerKind:
+			var sm persistence.Sampler
+			_, err := tx.Get(persistence.Samplers, []byte(id), &sm)
+			model = sm.BaseModel
+			return err
+		}
+		return nil
+	})
+	return model, err
 }
 
 // countLive counts, once, the live sessions and runs of a store from

@@ -35,6 +35,8 @@ type Config struct {
 	// Directory is the store where a cluster's placement records where its
 	// grains live (Placement.Directory); nil for a cluster of fixed members.
 	Directory persistence.Store
+	// Needs is the base model a grain needs (Placement.Needs).
+	Needs func(kind, identity string) (string, error)
 }
 
 // Start joins the actor system to a cluster with the given grain kinds and
@@ -44,9 +46,9 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pclu
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
 	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
-	placement := &Placement{Avoid: cfg.Avoid, Directory: cfg.Directory}
-	if cfg.Gossip != nil {
-		provider, placement.Weight, placement.Load = cfg.Gossip, cfg.Gossip.Weight, cfg.Gossip.Load
+	placement := &Placement{Avoid: cfg.Avoid, Directory: cfg.Directory, Needs: cfg.Needs}
+	if g := cfg.Gossip; g != nil {
+		provider, placement.Weight, placement.Load, placement.Serves = g, g.Weight, g.Load, g.Serves
 	}
 	cc := pcluster.Configure(cfg.Name, provider, placement, rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))

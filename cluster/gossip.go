@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,10 @@ import (
 // Capacity is what a node offers its grains' executors: announced in its
 // membership metadata, read by placement.
 type Capacity struct {
-	Threads   int   `msgpack:"t"`            // CPU threads the engine uses
-	GPUs      int   `msgpack:"g,omitempty"`  // devices beside the CPU
-	GPUMemory int64 `msgpack:"gm,omitempty"` // bytes, all GPUs together
+	Threads   int      `msgpack:"t"`            // CPU threads the engine uses
+	GPUs      int      `msgpack:"g,omitempty"`  // devices beside the CPU
+	GPUMemory int64    `msgpack:"gm,omitempty"` // bytes, all GPUs together
+	Models    []string `msgpack:"m,omitempty"`  // the base models its catalog serves
 }
 
 // Weight is the node's share of the grains (Placement): its GPU memory in
@@ -101,20 +103,19 @@ const metaLimit = memberlist.MetaMaxSize
 // cluster's store in the others' metadata, and is not yet a member that
 // hosts grains.
 type Gossip struct {
-	cfg     GossipConfig
-	log     *slog.Logger
-	ml      *memberlist.Memberlist
-	c       *pcluster.Cluster
-	mu      sync.Mutex
-	self    Node // guarded by mu: memberlist asks for it (NodeMeta) at any time
-	meta    []byte
-	changed chan struct{} // a membership event to publish (buffered: one pending)
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
-	wmu     sync.Mutex
-	weights map[string]float64        // placement weight by member id, as published
-	loads   map[string]map[string]int // grains by kind, by member id, as published
+	cfg       GossipConfig
+	log       *slog.Logger
+	ml        *memberlist.Memberlist
+	c         *pcluster.Cluster
+	mu        sync.Mutex
+	self      Node // guarded by mu: memberlist asks for it (NodeMeta) at any time
+	meta      []byte
+	changed   chan struct{} // a membership event to publish (buffered: one pending)
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once
+	wmu       sync.Mutex
+	published map[string]Node // by member id, as last published
 	// lost holds, guarded by mu, the gossip addresses of members that
 	// left or were declared dead, and since when: they are joined again
 	// now and then (reconnect), so that the two sides of a healed split
@@ -131,7 +132,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 		log = slog.Default()
 	}
 	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
-		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), weights: map[string]float64{}, loads: map[string]map[string]int{}, lost: map[string]time.Time{}}
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), published: map[string]Node{}, lost: map[string]time.Time{}}
 }
 
 // Open starts gossip under name and joins the configured members.
@@ -317,18 +318,31 @@ func (g *Gossip) publish() {
 	for _, n := range nodes {
 		if n.ID != "" {
 			members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
-			g.weights[n.ID], g.loads[n.ID] = n.Capacity.Weight(), n.Load
+			g.published[n.ID] = n
 		}
 	}
 	g.wmu.Unlock()
 	g.c.MemberList.UpdateClusterTopology(members)
 }
 
-// Load is how many grains of kind member id last announced it holds.
-func (g *Gossip) Load(id, kind string) int {
+// member is member id as last published.
+func (g *Gossip) member(id string) (Node, bool) {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
-	return g.loads[id][kind]
+	n, ok := g.published[id]
+	return n, ok
+}
+
+// Load is how many grains of kind member id last announced it holds.
+func (g *Gossip) Load(id, kind string) int {
+	n, _ := g.member(id)
+	return n.Load[kind]
+}
+
+// Serves says whether member id announced model in its catalog.
+func (g *Gossip) Serves(id, model string) bool {
+	n, _ := g.member(id)
+	return slices.Contains(n.Capacity.Models, model)
 }
 
 // announceLoad tells the others how many grains of each kind this node
@@ -355,10 +369,8 @@ func (g *Gossip) announceLoad() {
 // (Capacity.Weight); a member's capacity is fixed while it is up, so every
 // member weighs it alike.
 func (g *Gossip) Weight(id string) float64 {
-	g.wmu.Lock()
-	defer g.wmu.Unlock()
-	if w, ok := g.weights[id]; ok {
-		return w
+	if n, ok := g.member(id); ok {
+		return n.Capacity.Weight()
 	}
 	return 1
 }

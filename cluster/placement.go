@@ -46,6 +46,12 @@ type Placement struct {
 	Avoid map[string][]string
 	// Directory, when set, records where each grain was placed.
 	Directory persistence.Store
+	// Needs, when set, is the base model a grain needs its member to serve
+	// ("" none), read when the grain is placed; Serves says whether a
+	// member (by id) serves a model. A grain is placed on a member that
+	// serves what it needs, when one does.
+	Needs  func(kind, identity string) (string, error)
+	Serves func(id, model string) bool
 
 	c         *pcluster.Cluster
 	activator *actor.PID
@@ -148,14 +154,38 @@ func (p *Placement) owner(members []*pcluster.Member, kind, identity string) (*p
 	if err != nil || at != nil {
 		return at, err
 	}
+	if ranked, err = p.serving(ranked, kind, identity); err != nil {
+		return nil, err
+	}
 	err = p.Directory.Update(func(tx persistence.Tx) (err error) {
 		if at, err = find(tx); err != nil || at != nil {
 			return err
 		}
-		at = p.freer(ranked[0], ranked[1], kind)
+		at = ranked[0]
+		if len(ranked) > 1 {
+			at = p.freer(ranked[0], ranked[1], kind)
+		}
 		return tx.Put(persistence.Placements, key, &placed{Member: at.Id})
 	})
 	return at, err
+}
+
+// serving keeps, of ranked, the members that serve the base model the
+// grain needs; all of them if none does (its activation then says what is
+// missing).
+func (p *Placement) serving(ranked []*pcluster.Member, kind, identity string) ([]*pcluster.Member, error) {
+	if p.Needs == nil || p.Serves == nil {
+		return ranked, nil
+	}
+	model, err := p.Needs(kind, identity)
+	if err != nil || model == "" {
+		return ranked, err
+	}
+	serving := slices.DeleteFunc(slices.Clone(ranked), func(m *pcluster.Member) bool { return !p.Serves(m.Id, model) })
+	if len(serving) == 0 {
+		return ranked, nil
+	}
+	return serving, nil
 }
 
 // freer is whichever of a and b has more capacity for one more grain of

@@ -149,3 +149,39 @@ func TestPlacementDirectory(t *testing.T) {
 		}
 	}
 }
+
+// A grain that needs a base model goes to a member that serves it, when
+// one does, however loaded; to any member when none does.
+func TestPlacementServesItsModel(t *testing.T) {
+	st, err := persistence.Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	load := map[string]int{"m0": 0, "m1": 0, "m2": 50}
+	p := &Placement{Directory: st, Load: func(id, _ string) int { return load[id] },
+		Needs: func(_, identity string) (string, error) {
+			if identity[0] == 'b' {
+				return "big", nil
+			}
+			return "nowhere", nil
+		},
+		Serves: func(id, model string) bool { return id == "m2" && model == "big" }}
+	ms := members([][]string{{"run"}, {"run"}, {"run"}})
+	others := 0
+	for i := range 30 {
+		if o, err := p.owner(ms, "run", fmt.Sprint("big_", i)); err != nil || o.Id != "m2" {
+			t.Fatalf("a run of the big model placed on %v (%v), not on the one member serving it", o, err)
+		}
+		o, err := p.owner(ms, "run", fmt.Sprint("small_", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Id != "m2" {
+			others++
+		}
+	}
+	if others == 0 {
+		t.Error("runs of a model no member serves all went to one member")
+	}
+}

@@ -116,7 +116,10 @@ func (o *Owner) RulesFor(scope executor.Scope, t persistence.Tenant, sessionID, 
 	if scope == executor.OnSampler {
 		what, offered = "sampler", row.SamplerOperations
 	}
-	m, _ := o.N.Registry.Catalog().Lookup(baseModel)
+	m, ok := o.N.Registry.Catalog().Lookup(baseModel)
+	if !ok { // a cluster node whose catalog lacks it (placement avoids that when it can)
+		return nil, protocol.Refuse(protocol.CodeModelUnavailable, "base model %q is not in this node's catalog", baseModel)
+	}
 	o.rules = &Rules{What: what, Scope: scope, Offered: offered, Model: m.Config, Run: run}
 	return o.rules, nil
 }

@@ -148,7 +148,7 @@ func serveCmd(args []string) error {
 		}
 		own = filepath.Join(*data, "nodes", *name)
 		if member, err = cluster.Join(cluster.MemberConfig{Name: *name, Advertise: *advertise, Join: splitList(*join), Dir: own,
-			BlobDir: filepath.Join(*data, "blobs"), Voters: *voters, Capacity: cluster.Capacity{Threads: runtime.GOMAXPROCS(0)}, Log: log}); err != nil {
+			BlobDir: filepath.Join(*data, "blobs"), Voters: *voters, Capacity: cluster.Capacity{Threads: runtime.GOMAXPROCS(0), Models: catalog.Names()}, Log: log}); err != nil {
 			return err
 		}
 		defer member.Close()
