@@ -12,8 +12,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +85,9 @@ type Config struct {
 	Gossip     *cluster.Gossip
 	RemoteHost string
 	RemotePort int
+	// RemoteBind is the local host the actor remote listens on, when it
+	// is not RemoteHost (reached through NAT or a port mapping).
+	RemoteBind string
 	// Role is what the node hosts in a cluster: RoleAll (""), RoleTrain
 	// (sessions and runs, so their trainers) or RoleSample (samplers, so
 	// their sampling executors).
@@ -209,6 +214,9 @@ func Start(cfg Config) (*System, error) {
 		Avoid: map[string][]string{protocol.SamplerKind: {protocol.RunKind}}}
 	if cfg.Gossip != nil { // a cluster: placed by free capacity, recorded in the store
 		cc.Gossip, cc.Directory, cc.Needs = cfg.Gossip, st, s.baseModel
+	}
+	if cfg.RemoteBind != "" && cfg.RemoteBind != host {
+		cc.Host, cc.Advertise = cfg.RemoteBind, net.JoinHostPort(host, strconv.Itoa(cfg.RemotePort))
 	}
 	s.cluster, err = cluster.Start(s.actors, cc, kinds...)
 	if err != nil {

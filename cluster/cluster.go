@@ -25,6 +25,9 @@ type Config struct {
 	Name           string        // cluster name
 	Host           string        // address the remote listens on
 	Port           int           // 0: any free port
+	// Advertise is HOST:PORT where the other members reach the remote
+	// ("": Host and Port), when they reach it through a mapped address.
+	Advertise string
 	RequestTimeout time.Duration // one grain request, before protoactor retries
 	// Gossip, when set, finds the members; otherwise Peers are the other
 	// members, known in advance (none: a cluster of one).
@@ -42,9 +45,13 @@ type Config struct {
 // Start joins the actor system to a cluster with the given grain kinds and
 // returns once this member hosts them.
 func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pcluster.Cluster, err error) {
-	rc := remote.Configure(cfg.Host, cfg.Port,
+	opts := []remote.ConfigOption{
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)),
-		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
+		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage))}
+	if cfg.Advertise != "" {
+		opts = append(opts, remote.WithAdvertisedHost(cfg.Advertise))
+	}
+	rc := remote.Configure(cfg.Host, cfg.Port, opts...)
 	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
 	placement := &Placement{Avoid: cfg.Avoid, Directory: cfg.Directory, Needs: cfg.Needs}
 	if g := cfg.Gossip; g != nil {

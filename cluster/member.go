@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,9 +23,13 @@ type MemberConfig struct {
 	// the node also takes the three ports after it: PORT+1 its actor
 	// remote, PORT+2 and PORT+3 its etcd voter's clients and peers.
 	Advertise string
-	Join      []string // gossip addresses of members (none: a new cluster)
-	Dir       string   // the node's own folder (its etcd voter's data)
-	BlobDir   string   // on the shared volume: the store's large records
+	// Bind is the local host the four ports listen on ("": the advertised
+	// host), for a node that others reach through NAT or a container's
+	// port mapping.
+	Bind    string
+	Join    []string // gossip addresses of members (none: a new cluster)
+	Dir     string   // the node's own folder (its etcd voter's data)
+	BlobDir string   // on the shared volume: the store's large records
 	// Voters is how many nodes serve the store (etcd voters): the first
 	// ones to join; the others are its clients.
 	Voters   int
@@ -37,8 +42,9 @@ type MemberConfig struct {
 type Member struct {
 	Gossip     *Gossip
 	Store      *etcdstore.Store
-	RemoteHost string // where its actor remote listens and is reached
+	RemoteHost string // where its actor remote is reached
 	RemotePort int
+	RemoteBind string            // the host it listens on
 	server     *etcdstore.Server // nil when the node is a client of the store
 	client     *clientv3.Client  // the store's
 }
@@ -56,16 +62,17 @@ func Join(cfg MemberConfig) (_ *Member, err error) {
 	if err != nil || port == 0 {
 		return nil, fmt.Errorf("--advertise %q: want HOST:PORT with a port", cfg.Advertise)
 	}
-	at := func(p int) string { return net.JoinHostPort(host, strconv.Itoa(p)) }
+	bind := cmp.Or(cfg.Bind, host)
+	at := func(h string, p int) string { return net.JoinHostPort(h, strconv.Itoa(p)) }
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	g := NewGossip(GossipConfig{Bind: cfg.Advertise, Join: cfg.Join, Capacity: cfg.Capacity, Log: log})
+	g := NewGossip(GossipConfig{Bind: at(bind, port), Advertise: cfg.Advertise, Join: cfg.Join, Capacity: cfg.Capacity, Log: log})
 	if err := g.Open(cfg.Name); err != nil {
 		return nil, err
 	}
-	m := &Member{Gossip: g, RemoteHost: host, RemotePort: port + 1}
+	m := &Member{Gossip: g, RemoteHost: host, RemotePort: port + 1, RemoteBind: bind}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -92,7 +99,7 @@ func Join(cfg MemberConfig) (_ *Member, err error) {
 		voter = n < max(cfg.Voters, 1)
 	}
 	if voter {
-		if m.server, err = etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(port + 2), Peer: at(port + 3), Join: voters, Log: log}); err != nil {
+		if m.server, err = etcdstore.Serve(etcdstore.ServerConfig{Name: cfg.Name, Dir: dir, Client: at(host, port+2), Peer: at(host, port+3), Listen: bind, Join: voters, Log: log}); err != nil {
 			return nil, err
 		}
 		m.client = m.server.Client

@@ -109,7 +109,8 @@ type testCluster struct {
 }
 
 // newTestCluster starts n nodes (stopped, and their warnings shown if the
-// test failed, when it ends).
+// test failed, when it ends); all but the first listen on every interface
+// (--bind 0.0.0.0) and advertise 127.0.0.1.
 func newTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
 	tc := &testCluster{data: t.TempDir()}
@@ -142,8 +143,8 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 			}
 		}
 	})
-	for range n - 1 {
-		tc.nodes = append(tc.nodes, startNode(t, tc.data, tc.modelDir, first.Gossip))
+	for range n - 1 { // listening on every interface, reached at 127.0.0.1
+		tc.nodes = append(tc.nodes, startNodeWith(t, tc.data, tc.modelDir, []string{first.Gossip}, "--bind", "0.0.0.0"))
 	}
 	key := first.FirstKey()
 	if key == "" {

@@ -78,6 +78,7 @@ func serveCmd(args []string) error {
 	join := fs.String("join", "", "HOST:PORT[,...] gossip addresses of cluster members to join (with --advertise; none starts a new cluster)")
 	name := fs.String("name", "", "this node's name in the cluster, the same at every restart (default: from --advertise); its own files are in DATA/nodes/NAME")
 	voters := fs.Int("voters", 3, "how many nodes serve the cluster's store (etcd voters): the first to join")
+	bind := fs.String("bind", "", "with --advertise: the local host the node's four cluster ports listen on (default: the advertised host), for a node the others reach through NAT or a container's port mapping (e.g. 0.0.0.0)")
 	role := fs.String("role", "all", "what this cluster node hosts: all, train (sessions and runs: their trainers) or sample (samplers: their sampling executors; while there are sample nodes, samplers keep off the train and all nodes)")
 	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT is 0.9 of it unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +86,9 @@ func serveCmd(args []string) error {
 	}
 	if !slices.Contains(actors.Roles, *role) {
 		return fmt.Errorf("--role %q: want one of %s", *role, strings.Join(actors.Roles, ", "))
+	}
+	if *bind != "" && *advertise == "" {
+		return fmt.Errorf("--bind needs --advertise")
 	}
 	if *role != "all" && *advertise == "" {
 		return fmt.Errorf("--role %s needs --advertise: a node alone hosts everything", *role)
@@ -147,12 +151,12 @@ func serveCmd(args []string) error {
 			*name = strings.NewReplacer(":", "_", "[", "", "]", "").Replace(*advertise)
 		}
 		own = filepath.Join(*data, "nodes", *name)
-		if member, err = cluster.Join(cluster.MemberConfig{Name: *name, Advertise: *advertise, Join: splitList(*join), Dir: own,
+		if member, err = cluster.Join(cluster.MemberConfig{Name: *name, Advertise: *advertise, Bind: *bind, Join: splitList(*join), Dir: own,
 			BlobDir: filepath.Join(*data, "blobs"), Voters: *voters, Capacity: cluster.Capacity{Threads: runtime.GOMAXPROCS(0), Models: catalog.Names()}, Log: log}); err != nil {
 			return err
 		}
 		defer member.Close()
-		acfg.Store, acfg.Gossip, acfg.RemoteHost, acfg.RemotePort = member.Store, member.Gossip, member.RemoteHost, member.RemotePort
+		acfg.Store, acfg.Gossip, acfg.RemoteHost, acfg.RemotePort, acfg.RemoteBind = member.Store, member.Gossip, member.RemoteHost, member.RemotePort, member.RemoteBind
 		if *role != "all" {
 			acfg.Role = *role
 		}

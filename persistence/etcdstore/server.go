@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +23,10 @@ type ServerConfig struct {
 	Dir    string // its data (the node's own disk)
 	Peer   string // host:port the other voters reach it at (raft)
 	Client string // host:port clients reach it at
+	// Listen is the local host its ports listen on ("": Peer's and
+	// Client's hosts), when others reach it through an address mapped to
+	// it.
+	Listen string
 	// Join lists client addresses (host:port) of the running cluster to
 	// join as a new voter; none starts a new cluster of one. A member
 	// with data in Dir restarts as what it was, whatever Join says.
@@ -52,8 +57,15 @@ func Serve(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client address %q: %w", cfg.Client, err)
 	}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	listen := func(u *url.URL) url.URL {
+		l := *u
+		if cfg.Listen != "" {
+			l.Host = net.JoinHostPort(cfg.Listen, u.Port())
+		}
+		return l
+	}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{listen(peer)}, []url.URL{*peer}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{listen(client)}, []url.URL{*client}
 	ec.InitialCluster = cfg.Name + "=" + peer.String()
 	ec.ClusterState = embed.ClusterStateFlagNew
 	ec.MaxTxnOps = 2 * maxTxnOps
