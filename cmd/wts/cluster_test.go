@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -314,10 +315,12 @@ func trainingCluster(t *testing.T) (*testCluster, []string) {
 func TestClusterSurvivesAKilledNode(t *testing.T) {
 	tc, ids := trainingCluster(t)
 	var killed time.Time
+	var victim *node
 	acked := tc.train(t, ids, pairs, 3, func() {
-		victim := tc.runHost(t)
-		tc.setDead(victim, true)
-		tc.nodes[victim].Kill()
+		i := tc.runHost(t)
+		tc.setDead(i, true)
+		victim = tc.nodes[i]
+		victim.Kill()
 		killed = time.Now()
 	})
 	tc.checkRuns(t, ids, acked)
@@ -372,6 +375,36 @@ func TestClusterSurvivesAKilledNode(t *testing.T) {
 		if got := reply.Grains["sampler"]; (n == sampling) != (got == len(ids)) || n != sampling && got != 0 {
 			t.Errorf("node %s (the sample node: %v) hosts %d samplers", n.Name, n == sampling, got)
 		}
+	}
+
+	// The killed node's machine is gone for good: its voter is removed.
+	var live *node
+	for _, n := range tc.nodes[:3] {
+		if !n.dead {
+			live = n
+			break
+		}
+	}
+	host, port, _ := net.SplitHostPort(live.Gossip)
+	p, _ := strconv.Atoi(port)
+	store := net.JoinHostPort(host, strconv.Itoa(p+2))
+	voters := func(args ...string) []map[string]any {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], append([]string{"voters"}, args...)...)
+		cmd.Env = append(os.Environ(), "WTS_MAIN=1")
+		out, err := cmd.Output()
+		var vs []map[string]any
+		if err != nil || json.Unmarshal(out, &vs) != nil {
+			t.Fatalf("wts voters %v: %v %s", args, err, out)
+		}
+		return vs
+	}
+	if vs := voters("--store", store); len(vs) != 3 {
+		t.Fatalf("voters before the removal: %v", vs)
+	}
+	vs := voters("remove", victim.Name, "--store", store)
+	if len(vs) != 2 || vs[0]["name"] == victim.Name || vs[1]["name"] == victim.Name {
+		t.Fatalf("voters after removing %s: %v", victim.Name, vs)
 	}
 }
 

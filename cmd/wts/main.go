@@ -28,7 +28,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <serve|keys|credentials|node|model|sample|openapi> ...")
+		return fmt.Errorf("usage: wts <serve|keys|credentials|node|voters|model|sample|openapi> ...")
 	}
 	switch args[0] {
 	case "model":
@@ -43,10 +43,12 @@ func run(args []string) error {
 		return credentialsCmd(args[1:])
 	case "node":
 		return nodeCmd(args[1:])
+	case "voters":
+		return votersCmd(args[1:])
 	case "openapi":
 		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
 		return err
 	default:
-		return fmt.Errorf("unknown command %q (want serve, keys, credentials, node, model, sample or openapi)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, credentials, node, voters, model, sample or openapi)", args[0])
 	}
 }

@@ -3,12 +3,15 @@ package etcdstore
 import (
 	"errors"
 	"fmt"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,6 +42,7 @@ type Server struct {
 	etcd   *embed.Etcd
 	Client *clientv3.Client // in process: no network between the node and its voter
 	URL    string           // the client address others use
+	closed sync.Once
 }
 
 // startTimeout bounds how long a voter waits to be ready: to elect a
@@ -179,17 +183,78 @@ func Members(addrs []string) (int, error) {
 		return 0, err
 	}
 	defer cli.Close()
+	members, err := memberList(cli)
+	if err != nil {
+		return 0, fmt.Errorf("through %v: %w", addrs, err)
+	}
+	return len(members), nil
+}
+
+// Voter is one member of the store's etcd cluster.
+type Voter struct {
+	Name    string   `json:"name"`
+	Peers   []string `json:"peer_urls"`
+	Clients []string `json:"client_urls"`
+	Learner bool     `json:"learner"` // not voting yet: catching up
+}
+
+// Voters lists the members of the etcd cluster whose voters serve clients
+// at addrs.
+func Voters(addrs []string) ([]Voter, error) {
+	cli, err := Dial(addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	members, err := memberList(cli)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Voter, 0, len(members))
+	for _, m := range members {
+		out = append(out, Voter{Name: m.Name, Peers: m.PeerURLs, Clients: m.ClientURLs, Learner: m.IsLearner})
+	}
+	return out, nil
+}
+
+// RemoveVoter removes the voter named name from the store's etcd cluster
+// for good (its machine is gone): the others then count their quorum
+// without it. etcd refuses a removal that would cost the quorum. A node
+// whose voter was removed must not start again with its old data.
+func RemoveVoter(addrs []string, name string) error {
+	cli, err := Dial(addrs)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	members, err := memberList(cli)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(members, func(m *etcdserverpb.Member) bool { return m.Name == name })
+	if i < 0 {
+		return fmt.Errorf("no voter named %q", name)
+	}
+	c, cancel := ctx()
+	defer cancel()
+	if _, err := cli.MemberRemove(c, members[i].ID); err != nil {
+		return fmt.Errorf("remove voter %s: %w", name, err)
+	}
+	return nil
+}
+
+func memberList(cli *clientv3.Client) ([]*etcdserverpb.Member, error) {
 	var resp *clientv3.MemberListResponse
-	err = again(func() error {
+	err := again(func() (err error) {
 		c, cancel := ctx()
 		defer cancel()
 		resp, err = cli.MemberList(c)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("etcd members through %v: %w", addrs, err)
+		return nil, fmt.Errorf("etcd members: %w", err)
 	}
-	return len(resp.Members), nil
+	return resp.Members, nil
 }
 
 // Dial connects a client to the cluster's voters at the given client
@@ -214,6 +279,8 @@ func Dial(addrs []string) (*clientv3.Client, error) {
 
 // Close stops the voter (its client first).
 func (s *Server) Close() {
-	s.Client.Close()
-	s.etcd.Close()
+	s.closed.Do(func() {
+		s.Client.Close()
+		s.etcd.Close()
+	})
 }

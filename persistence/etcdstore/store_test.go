@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,6 +295,23 @@ func TestThreeVoters(t *testing.T) {
 		if r, ok := get(t, sb, key); !ok || r.N != n {
 			t.Fatalf("restarted voter reads %s: %+v %v", key, r, ok)
 		}
+	}
+
+	// c's machine is gone for good: it is removed, and the two left are a
+	// quorum of two.
+	c.Close()
+	if err := RemoveVoter([]string{a.URL}, "nobody"); err == nil {
+		t.Error("removed a voter that is not there")
+	}
+	if err := RemoveVoter([]string{a.URL, b2.URL}, "c"); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := Voters([]string{a.URL})
+	if err != nil || len(vs) != 2 || slices.ContainsFunc(vs, func(v Voter) bool { return v.Name == "c" }) {
+		t.Fatalf("voters after the removal: %+v %v", vs, err)
+	}
+	if err := sa.Update(func(tx persistence.Tx) error { return tx.Put(persistence.Runs, []byte("z"), &rec{N: 3}) }); err != nil {
+		t.Fatalf("two voters of two: %v", err)
 	}
 }
 
