@@ -25,10 +25,10 @@ type Config struct {
 	Name           string        // cluster name
 	Host           string        // address the remote listens on
 	Port           int           // 0: any free port
+	RequestTimeout time.Duration // one grain request, before protoactor retries
 	// Advertise is HOST:PORT where the other members reach the remote
 	// ("": Host and Port), when they reach it through a mapped address.
 	Advertise string
-	RequestTimeout time.Duration // one grain request, before protoactor retries
 	// Gossip, when set, finds the members; otherwise Peers are the other
 	// members, known in advance (none: a cluster of one).
 	Gossip *Gossip
