@@ -182,7 +182,8 @@ func voter(t *testing.T) (*etcdstore.Server, string) {
 }
 
 // An organization's live sessions and runs are bounded across the
-// cluster, whichever node creates or ends them.
+// cluster, whichever node creates or ends them; a session that ends drops
+// its placement record.
 func TestLiveLimitsClusterWide(t *testing.T) {
 	srv, data := voter(t)
 	cfg := actors.Config{Registry: nodetest.Registry(t), Limits: limits.Limits{RunQueue: 10, OrgQueue: 10, NodeQueue: 10, QueueBytes: 1 << 20, OrgSessions: 2, OrgRuns: 2}}
@@ -214,8 +215,30 @@ func TestLiveLimitsClusterWide(t *testing.T) {
 			t.Fatalf("a third live session, through %s: %v", via.gossip.Addr(), err)
 		}
 	}
+	placed := func() bool { // the session's placement record
+		var ok bool
+		if err := a.sys.Store().View(func(tx persistence.Tx) (err error) {
+			var rec struct {
+				Member string `msgpack:"m"`
+			}
+			ok, err = tx.Get(persistence.Placements, []byte(protocol.SessionKind+"/"+first.ID), &rec)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if _, err := b.sys.Heartbeat(nodetest.Tenant, first.ID); err != nil { // its grain activates, placed
+		t.Fatal(err)
+	}
+	if !placed() {
+		t.Fatal("the session's placement is not recorded")
+	}
 	if _, err := b.sys.CloseSession(nodetest.Tenant, first.ID); err != nil {
 		t.Fatal(err)
+	}
+	if placed() {
+		t.Error("the closed session's placement record is still there")
 	}
 	if _, err := create(a, "s3"); err != nil {
 		t.Fatalf("a session after one closed on the other node: %v", err)

@@ -135,7 +135,7 @@ func (p *Placement) owner(members []*pcluster.Member, kind, identity string) (*p
 		}
 		return ranked[0], nil
 	}
-	key := []byte(kind + "/" + identity)
+	key := placementKey(kind, identity)
 	find := func(tx persistence.Tx) (*pcluster.Member, error) {
 		var rec placed
 		if ok, err := tx.Get(persistence.Placements, key, &rec); err != nil || !ok {
@@ -168,6 +168,15 @@ func (p *Placement) owner(members []*pcluster.Member, kind, identity string) (*p
 		return tx.Put(persistence.Placements, key, &placed{Member: at.Id})
 	})
 	return at, err
+}
+
+func placementKey(kind, identity string) []byte { return []byte(kind + "/" + identity) }
+
+// Forget drops a grain's placement record inside tx, when the grain has
+// ended (its run or session terminal, its sampler retired): the records do
+// not pile up, and a grain called again after that is simply placed anew.
+func Forget(tx persistence.Tx, kind, identity string) error {
+	return tx.Delete(persistence.Placements, placementKey(kind, identity))
 }
 
 // serving keeps, of ranked, the members that serve the base model the

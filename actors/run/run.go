@@ -22,6 +22,7 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/usage"
+	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -142,7 +143,7 @@ func (g *Grain) activate() error {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !wasTerminal {
-			if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+			if err := ended(tx, r); err != nil {
 				return err
 			}
 		}
@@ -150,6 +151,15 @@ func (g *Grain) activate() error {
 		return nil
 	})
 	return err
+}
+
+// ended records, inside tx, that run r has just ended: its organization's
+// live count, and its placement record.
+func ended(tx persistence.Tx, r *persistence.Run) error {
+	if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+		return err
+	}
+	return cluster.Forget(tx, protocol.RunKind, r.ID)
 }
 
 // write commits fn's changes to a copy of the run record and, once durable,
@@ -169,7 +179,7 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 			if err := usage.Settle(tx, r.ID, g.N.Now()); err != nil {
 				return 0, err
 			}
-			if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+			if err := ended(tx, &r); err != nil {
 				return 0, err
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -573,6 +574,9 @@ func (g *Grain) retire(actor.Context, grain.In) (any, error) {
 			return true, false, oplog.Settle(op, states.OpCancelled, protocol.CodeCancelled, "the sampler was retired with its run", now)
 		})
 		if err != nil {
+			return err
+		}
+		if err := cluster.Forget(tx, protocol.SamplerKind, g.ID); err != nil {
 			return err
 		}
 		return states.Move(states.SamplerMoves, &r.Status, states.SamplerRetired)

@@ -23,6 +23,7 @@ import (
 	"github.com/wts-project/wts/actors/limits"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
 )
@@ -193,6 +194,9 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 		ended = states.Terminal(states.SessionMoves, ss.Status) && !states.Terminal(states.SessionMoves, was)
 		if ended {
 			if err := limits.Close(tx, ss.Tenant.Org, limits.Sessions); err != nil {
+				return err
+			}
+			if err := cluster.Forget(tx, protocol.SessionKind, g.ID); err != nil {
 				return err
 			}
 		}
