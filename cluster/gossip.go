@@ -123,6 +123,7 @@ type Gossip struct {
 	// left on purpose answers, if at all, that it has left, and stays out.
 	lost         map[string]time.Time
 	reconnecting atomic.Bool
+	announcing   atomic.Bool // a load announcement in flight
 }
 
 // NewGossip returns a provider with the given configuration.
@@ -346,7 +347,7 @@ func (g *Gossip) Serves(id, model string) bool {
 }
 
 // announceLoad tells the others how many grains of each kind this node
-// holds, when that changed.
+// holds, when that changed, in the background.
 func (g *Gossip) announceLoad() {
 	load := map[string]int{}
 	for _, k := range g.c.GetClusterKinds() {
@@ -357,12 +358,15 @@ func (g *Gossip) announceLoad() {
 	g.mu.Lock()
 	same := maps.Equal(load, g.self.Load)
 	g.mu.Unlock()
-	if same {
+	if same || !g.announcing.CompareAndSwap(false, true) {
 		return
 	}
-	if err := g.setMeta(func(n *Node) { n.Load = load }); err != nil {
-		g.log.Warn("announce load", "err", err)
-	}
+	go func() { // memberlist waits until the update is sent: none may be, to a node alone
+		defer g.announcing.Store(false)
+		if err := g.setMeta(func(n *Node) { n.Load = load }); err != nil {
+			g.log.Debug("announce load", "err", err) // the next probe of this node carries it anyway
+		}
+	}()
 }
 
 // Weight is member id's placement weight, from the capacity it announces
