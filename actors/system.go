@@ -88,21 +88,21 @@ type Config struct {
 	// RemoteBind is the local host the actor remote listens on, when it
 	// is not RemoteHost (reached through NAT or a port mapping).
 	RemoteBind string
-	// Role is what the node hosts in a cluster: RoleAll (""), RoleTrain
-	// (sessions and runs, so their trainers) or RoleSample (samplers, so
-	// their sampling executors).
+	// Role is what the node hosts in a cluster: RoleAll (or ""),
+	// RoleTrain (sessions and runs, so their trainers) or RoleSample
+	// (samplers, so their sampling executors).
 	Role string
 }
 
 // The roles a node may take in a cluster (Config.Role).
 const (
-	RoleAll    = ""
+	RoleAll    = "all"
 	RoleTrain  = "train"
 	RoleSample = "sample"
 )
 
 // Roles names the roles, for flags and their errors.
-var Roles = []string{"all", RoleTrain, RoleSample}
+var Roles = []string{RoleAll, RoleTrain, RoleSample}
 
 // System is one node: the actor system, its cluster (of one, or of every
 // node that gossips with it), the store, the executors, the exporter, and

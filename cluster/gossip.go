@@ -133,7 +133,7 @@ func NewGossip(cfg GossipConfig) *Gossip {
 		log = slog.Default()
 	}
 	return &Gossip{cfg: cfg, log: log.With("part", "gossip"), self: Node{Capacity: cfg.Capacity},
-		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), published: map[string]Node{}, lost: map[string]time.Time{}}
+		changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), lost: map[string]time.Time{}}
 }
 
 // Open starts gossip under name and joins the configured members.
@@ -315,13 +315,15 @@ func (g *Gossip) reconnect() {
 func (g *Gossip) publish() {
 	nodes := g.Nodes()
 	members := make([]*pcluster.Member, 0, len(nodes))
-	g.wmu.Lock()
+	published := make(map[string]Node, len(nodes)) // anew: members that left go
 	for _, n := range nodes {
 		if n.ID != "" {
 			members = append(members, &pcluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: n.Kinds})
-			g.published[n.ID] = n
+			published[n.ID] = n
 		}
 	}
+	g.wmu.Lock()
+	g.published = published
 	g.wmu.Unlock()
 	g.c.MemberList.UpdateClusterTopology(members)
 }

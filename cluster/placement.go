@@ -75,7 +75,7 @@ const activationWait = 5 * time.Second
 // Setup starts the member's activator and follows the topology.
 func (p *Placement) Setup(c *pcluster.Cluster, _ []string, _ bool) {
 	p.c = c
-	a := &activator{p: p, grains: map[string]activation{}}
+	a := &activator{p: p, grains: map[string]activation{}, byPID: map[string]string{}}
 	p.activator, _ = c.ActorSystem.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), activatorName)
 	p.sub = c.ActorSystem.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*pcluster.ClusterTopology); ok {
@@ -300,6 +300,7 @@ type activation struct {
 type activator struct {
 	p      *Placement
 	grains map[string]activation // by kind/identity
+	byPID  map[string]string     // the grain's kind/identity, by its PID's id
 }
 
 func (a *activator) Receive(ctx actor.Context) {
@@ -317,17 +318,18 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 		pid := ctx.SpawnPrefix(pcluster.WithClusterIdentity(kind.Props, m.ClusterIdentity), m.ClusterIdentity.Identity)
 		kind.Inc()
-		a.grains[key] = activation{m.ClusterIdentity, pid}
+		a.grains[key], a.byPID[pid.Id] = activation{m.ClusterIdentity, pid}, key
 		ctx.Respond(&pcluster.ActivationResponse{Pid: pid})
 	case *actor.Terminated:
-		for key, g := range a.grains {
-			if g.pid.Equal(m.Who) {
-				delete(a.grains, key)
-				if kind := a.p.c.GetClusterKind(g.id.Kind); kind != nil {
-					kind.Dec()
-				}
-				break
-			}
+		key, ok := a.byPID[m.Who.Id]
+		if !ok {
+			return
+		}
+		g := a.grains[key]
+		delete(a.grains, key)
+		delete(a.byPID, m.Who.Id)
+		if kind := a.p.c.GetClusterKind(g.id.Kind); kind != nil {
+			kind.Dec()
 		}
 	case *pcluster.ClusterTopology:
 		if a.p.Directory != nil {

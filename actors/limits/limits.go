@@ -145,26 +145,31 @@ func (a *Counter) Open(tx persistence.Tx, org string, what Live) error {
 	if what == Runs {
 		limit = a.lim.OrgRuns
 	}
-	var c Count
-	if _, err := tx.Get(persistence.Live, []byte(org), &c); err != nil {
-		return err
-	}
-	n := c.of(what)
-	if *n >= limit {
-		return refuse(CodeLimitExceeded, "the organization has %d live %ss, its limit; close one first", *n, what)
-	}
-	*n++
-	return tx.Put(persistence.Live, []byte(org), &c)
+	return change(tx, org, what, func(n *int) error {
+		if *n >= limit {
+			return refuse(CodeLimitExceeded, "the organization has %d live %ss, its limit; close one first", *n, what)
+		}
+		*n++
+		return nil
+	})
 }
 
 // Close counts, inside tx, a live session or run of org that ends there.
 func Close(tx persistence.Tx, org string, what Live) error {
+	return change(tx, org, what, func(n *int) error {
+		*n = max(*n-1, 0)
+		return nil
+	})
+}
+
+// change applies fn to org's count of what inside tx, and stores it.
+func change(tx persistence.Tx, org string, what Live, fn func(n *int) error) error {
 	var c Count
 	if _, err := tx.Get(persistence.Live, []byte(org), &c); err != nil {
 		return err
 	}
-	if n := c.of(what); *n > 0 {
-		*n--
+	if err := fn(c.of(what)); err != nil {
+		return err
 	}
 	return tx.Put(persistence.Live, []byte(org), &c)
 }

@@ -79,7 +79,7 @@ func serveCmd(args []string) error {
 	name := fs.String("name", "", "this node's name in the cluster, the same at every restart (default: from --advertise); its own files are in DATA/nodes/NAME")
 	voters := fs.Int("voters", 3, "how many nodes serve the cluster's store (etcd voters): the first to join")
 	bind := fs.String("bind", "", "with --advertise: the local host the node's four cluster ports listen on (default: the advertised host), for a node the others reach through NAT or a container's port mapping (e.g. 0.0.0.0)")
-	role := fs.String("role", "all", "what this cluster node hosts: all, train (sessions and runs: their trainers) or sample (samplers: their sampling executors; while there are sample nodes, samplers keep off the train and all nodes)")
+	role := fs.String("role", actors.RoleAll, "what this cluster node hosts: all, train (sessions and runs: their trainers) or sample (samplers: their sampling executors; while there are sample nodes, samplers keep off the train and all nodes)")
 	budget := fs.Int64("memory-budget", defaultBudget(), "bytes the node may use in all (its GOMEMLIMIT is 0.9 of it unless set): the models, a quarter held back for the API and the engine's buffers, and the rest for trainers, samplers' adapters and KV caches (see docs/operations.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,7 +90,7 @@ func serveCmd(args []string) error {
 	if *bind != "" && *advertise == "" {
 		return fmt.Errorf("--bind needs --advertise")
 	}
-	if *role != "all" && *advertise == "" {
+	if *role != actors.RoleAll && *advertise == "" {
 		return fmt.Errorf("--role %s needs --advertise: a node alone hosts everything", *role)
 	}
 	if lim.RunQueue < 1 || lim.OrgQueue < 1 || lim.NodeQueue < 1 || lim.QueueBytes < 1 || lim.OrgSessions < 1 || lim.OrgRuns < 1 {
@@ -157,9 +157,7 @@ func serveCmd(args []string) error {
 		}
 		defer member.Close()
 		acfg.Store, acfg.Gossip, acfg.RemoteHost, acfg.RemotePort, acfg.RemoteBind = member.Store, member.Gossip, member.RemoteHost, member.RemotePort, member.RemoteBind
-		if *role != "all" {
-			acfg.Role = *role
-		}
+		acfg.Role = *role
 	}
 	sys, err := actors.Start(acfg)
 	if err != nil {

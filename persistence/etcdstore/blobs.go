@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,9 +29,12 @@ const (
 type blobs struct{ dir string }
 
 func (b blobs) path(sum []byte) string {
-	h := fmt.Sprintf("%x", sum)
+	h := blobName(sum)
 	return filepath.Join(b.dir, h[:2], h)
 }
+
+// blobName is a blob file's name: its SHA-256 in hex.
+func blobName(sum []byte) string { return hex.EncodeToString(sum) }
 
 // store returns what etcd keeps for raw, writing raw's file first (and
 // syncing it and its folder) when it goes to one. A file already there

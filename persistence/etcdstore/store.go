@@ -138,7 +138,7 @@ func (s *Store) blobRefs() (map[string]bool, error) {
 		}
 		for _, kv := range resp.Kvs {
 			if len(kv.Value) > 0 && kv.Value[0] == blob {
-				refs[fmt.Sprintf("%x", kv.Value[1:])] = true
+				refs[blobName(kv.Value[1:])] = true
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
