@@ -9,6 +9,7 @@ import (
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // The front door's writes: each goes to the grain (or, for exports, the
@@ -126,4 +127,10 @@ func (s *System) Usage(t persistence.Tenant, sessionID string) ([]persistence.Us
 // Cost sums a session's usage.
 func (s *System) Cost(t persistence.Tenant, sessionID string) (*usage.Cost, error) {
 	return usage.CostOf(s.n.Store, t, sessionID)
+}
+
+// Ledger reads tenant t's ledger: its account and up to limit of its
+// entries after seq after.
+func (s *System) Ledger(t persistence.Tenant, after int64, limit int) (*ledger.Statement, error) {
+	return ledger.StatementOf(s.n.Store, t, after, limit)
 }

@@ -17,6 +17,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,23 +182,31 @@ func voter(t *testing.T) (*etcdstore.Server, string) {
 	return srv, data
 }
 
-// An organization's live sessions and runs are bounded across the
-// cluster, whichever node creates or ends them; a session that ends drops
-// its placement record.
-func TestLiveLimitsClusterWide(t *testing.T) {
-	srv, data := voter(t)
-	cfg := actors.Config{Registry: nodetest.Registry(t), Limits: limits.Limits{RunQueue: 10, OrgQueue: 10, NodeQueue: 10, QueueBytes: 1 << 20, OrgSessions: 2, OrgRuns: 2}}
+// pair starts two members a and b with cfg on the voter srv, waits until
+// each sees the other, and stops them together when the test ends.
+func pair(t *testing.T, srv *etcdstore.Server, data string, cfg actors.Config) (*member, *member) {
 	a := startMemberWith(t, "a", data, srv, cfg)
 	b := startMemberWith(t, "b", data, srv, cfg, a.gossip.Addr())
-	defer func() {
+	t.Cleanup(func() {
 		var stopping sync.WaitGroup
 		for _, m := range []*member{a, b} {
 			stopping.Add(1)
 			go func() { defer stopping.Done(); m.sys.Stop(context.Background()) }()
 		}
 		stopping.Wait()
-	}()
+	})
 	waitSees(t, 2, a, b)
+	return a, b
+}
+
+// An organization's live sessions and runs are bounded across the
+// cluster, whichever node creates or ends them; a session that ends drops
+// its placement record.
+func TestLiveLimitsClusterWide(t *testing.T) {
+	srv, data := voter(t)
+	cfg := actors.Config{Registry: nodetest.Registry(t), Limits: limits.Limits{RunQueue: 10, OrgQueue: 10, NodeQueue: 10, QueueBytes: 1 << 20, OrgSessions: 2, OrgRuns: 2}}
+	a, b := pair(t, srv, data, cfg)
+	nodetest.Credit(t, a.sys)
 	create := func(via *member, id string) (*protocol.Session, error) {
 		s, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: id})
 		return s, err
@@ -242,6 +251,50 @@ func TestLiveLimitsClusterWide(t *testing.T) {
 	}
 	if _, err := create(a, "s3"); err != nil {
 		t.Fatalf("a session after one closed on the other node: %v", err)
+	}
+}
+
+// Two nodes create sessions of one organization at once, every one asking
+// to reserve 30 USD of the 100 USD of headroom it has above the credit
+// floor: three get it, whichever node they went through, and the ledger
+// holds exactly their reservations.
+func TestCreditFloorClusterWide(t *testing.T) {
+	srv, data := voter(t)
+	cfg := actors.Config{Registry: nodetest.Registry(t)}
+	a, b := pair(t, srv, data, cfg)
+	fresh := persistence.Tenant{Org: "fresh"}
+	ceiling := int64(30_000_000)
+	var created, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			via := []*member{a, b}[i%2]
+			_, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: fresh, RequestID: fmt.Sprint("s", i), MaxCostMicroUSD: &ceiling})
+			var e *protocol.Error
+			switch {
+			case err == nil:
+				created.Add(1)
+			case errors.As(err, &e) && e.Code == protocol.CodeInsufficientCredit:
+				refused.Add(1)
+			default:
+				t.Errorf("session %d through %s: %v", i, via.gossip.Addr(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if created.Load() != 3 || refused.Load() != 9 {
+		t.Fatalf("%d sessions created and %d refused; want 3 and 9", created.Load(), refused.Load())
+	}
+	for _, m := range []*member{a, b} {
+		l, err := m.sys.Ledger(fresh, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Account.Reserved != 90_000_000 || l.Account.Headroom() != 10_000_000 || len(l.Entries) != 3 {
+			t.Fatalf("the ledger through %s: %+v, %d entries", m.gossip.Addr(), l.Account, len(l.Entries))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -12,13 +13,14 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // The admin surface serves operators on the node's own machine: a unix
 // socket in the data folder, readable only by the service's user (the
 // folder's owner), never a TCP port. It issues API keys and registers
 // customer credentials while the node runs, when the store is locked to
-// anyone else.
+// anyone else; and it grants organizations credit.
 
 // AdminSocket is the admin socket's name inside the data folder.
 const AdminSocket = "admin.sock"
@@ -48,6 +50,23 @@ type CredentialReply struct {
 	ID string `json:"id"`
 }
 
+// OrgRequest changes or reads an organization's ledger (one key mode's):
+// Credit grants MicroUSD; Set sets DefaultCeiling (null: none).
+type OrgRequest struct {
+	Org            string `json:"org"`
+	Live           bool   `json:"live"`
+	MicroUSD       int64  `json:"microusd,omitempty"`
+	Note           string `json:"note,omitempty"`
+	DefaultCeiling *int64 `json:"default_ceiling,omitempty"`
+}
+
+// OrgReply is the organization's ledger after the change, with its last
+// entries.
+type OrgReply = ledgerView
+
+// orgEntries is how many of its last entries an OrgReply shows.
+const orgEntries = 20
+
 // NodeReply describes the node: its devices and their capacity, and the
 // grains it holds in memory by kind.
 type NodeReply struct {
@@ -55,8 +74,9 @@ type NodeReply struct {
 	Grains  map[string]int  `json:"grains"`
 }
 
-// ServeAdmin answers POST /admin/keys, POST /admin/credentials and GET
-// /admin/node on ln until it is closed.
+// ServeAdmin answers POST /admin/keys, POST /admin/credentials, POST
+// /admin/orgs/{credit,set,show} and GET /admin/node on ln until it is
+// closed.
 func ServeAdmin(sys *actors.System, ln net.Listener) error {
 	srv := &fasthttp.Server{Name: "wts-admin", ReadTimeout: 10 * time.Second, Handler: func(ctx *fasthttp.RequestCtx) {
 		defer func() { // an operator's call, however odd, does not take the node down
@@ -83,6 +103,19 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 			}
 			write(ctx, fasthttp.StatusCreated, KeyReply{Key: key})
 			return
+		case path == "/admin/orgs/credit" || path == "/admin/orgs/set" || path == "/admin/orgs/show":
+			var req OrgRequest
+			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" {
+				fail(ctx, protocol.CodeValidation, `want {"org": NAME, "live": BOOL, ...}`)
+				return
+			}
+			reply, err := OrgLedger(sys.Store(), strings.TrimPrefix(path, "/admin/orgs/"), req, time.Now())
+			if err != nil {
+				failErr(ctx, err)
+				return
+			}
+			write(ctx, fasthttp.StatusOK, reply)
+			return
 		case path == "/admin/credentials":
 			var req CredentialRequest
 			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" || req.Secret == "" {
@@ -97,9 +130,40 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 			write(ctx, fasthttp.StatusCreated, CredentialReply{ID: c.ID})
 			return
 		}
-		fail(ctx, protocol.CodeNotFound, "the admin socket serves POST /admin/keys, POST /admin/credentials and GET /admin/node")
+		fail(ctx, protocol.CodeNotFound, "the admin socket serves POST /admin/keys, POST /admin/credentials, POST /admin/orgs/{credit,set,show} and GET /admin/node")
 	}}
 	return srv.Serve(ln)
+}
+
+// OrgLedger grants credit to (op "credit"), sets the default ceiling of
+// ("set") or reads ("show") an organization's ledger in st, and returns it
+// with its last entries: the admin socket's, and the command's on a
+// stopped node.
+func OrgLedger(st persistence.Store, op string, req OrgRequest, now time.Time) (*OrgReply, error) {
+	t := persistence.Tenant{Org: req.Org, Live: req.Live}
+	err := st.Update(func(tx persistence.Tx) (err error) {
+		switch op {
+		case "credit":
+			_, err = ledger.Credit(tx, t, req.MicroUSD, req.Note, now)
+		case "set":
+			_, err = ledger.SetDefault(tx, t, req.DefaultCeiling)
+		case "show":
+		default:
+			err = fmt.Errorf("unknown organization command %q", op)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := ledger.StatementOf(st, t, 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = ledger.StatementOf(st, t, max(s.Account.Entries-orgEntries, 0), orgEntries); err != nil {
+		return nil, err
+	}
+	return ledgerOf(t, s), nil
 }
 
 // AdminCall posts req to path on a running node's admin socket (a nil req
@@ -121,7 +185,7 @@ func AdminCall(socket, path string, req, out any) error {
 	if err := c.DoTimeout(r, resp, 10*time.Second); err != nil {
 		return err
 	}
-	if resp.StatusCode() != want || json.Unmarshal(resp.Body(), out) != nil {
+	if code := resp.StatusCode(); code != want && code != fasthttp.StatusOK || json.Unmarshal(resp.Body(), out) != nil {
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "admin socket answered " + string(resp.Body())}
 	}
 	return nil

@@ -32,6 +32,10 @@ func TestConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every client's session reserves 100 USD.
+	if _, err := OrgLedger(sys.Store(), "credit", OrgRequest{Org: "acme", MicroUSD: 1e12}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,8 @@ type node struct {
 }
 
 // newNode prepares a data folder with a tiny model and keys for two
-// organizations (test and live keys for the first), then starts the server.
+// organizations (test and live keys for the first), each ledger with
+// credit, then starts the server.
 func newNode(t *testing.T, extra ...string) *node {
 	t.Helper()
 	return newNodeWith(t, "tiny", extra...)
@@ -85,6 +86,11 @@ func newNodeWith(t *testing.T, preset string, extra ...string) *node {
 			t.Fatalf("keys create: %v", err)
 		}
 		n.keys[name] = strings.TrimSpace(string(out))
+		// Credit enough that the tests' sessions, each reserving up to 100
+		// USD, never meet the credit floor (money_test.go meets it).
+		if out, err := exec.Command(binary, append([]string{"orgs", "credit", "--data", n.data, "--microusd", "1000000000000"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("orgs credit: %v\n%s", err, out)
+		}
 	}
 	n.start()
 	t.Cleanup(n.stop)

@@ -63,6 +63,8 @@ var statuses = map[string]int{
 	protocol.CodeQueueFull:              fasthttp.StatusTooManyRequests,
 	protocol.CodeCapacity:               fasthttp.StatusUnprocessableEntity,
 	protocol.CodeLimitExceeded:          fasthttp.StatusTooManyRequests,
+	protocol.CodeInsufficientCredit:     fasthttp.StatusPaymentRequired,
+	protocol.CodeCostCeiling:            fasthttp.StatusPaymentRequired,
 	protocol.CodeInternal:               fasthttp.StatusInternalServerError,
 
 	// The engine's input errors, found when a submission is checked against

@@ -259,6 +259,21 @@ func ownerPage[P any](param, prefix, what string, list func(persistence.Tenant, 
 }
 
 // usage lists a session's usage components.
+// ledger answers the caller's organization's ledger, its entries paged by
+// after_seq and limit.
+func (s *Server) ledger(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+	after, limit, err := paging(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := s.sys.Ledger(t, after, limit)
+	if err != nil {
+		return err
+	}
+	write(ctx, fasthttp.StatusOK, ledgerOf(t, st))
+	return nil
+}
+
 func (s *Server) usage(t persistence.Tenant, sessionID string) (*usagePage, error) {
 	items, err := s.sys.Usage(t, sessionID)
 	if err != nil {

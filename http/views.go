@@ -8,6 +8,7 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // The API's response shapes (docs/api.md, the OpenAPI document). Stored
@@ -238,6 +239,55 @@ type costView struct {
 func costOf(c *usage.Cost) *costView {
 	return &costView{SessionID: c.SessionID, EstimatedMaxMicroUSD: c.EstimatedMaxMicroUSD, SettlementStatus: c.SettlementStatus,
 		TotalMicroUSD: c.TotalMicroUSD, Components: usagesOf(c.Components)}
+}
+
+// ledgerView is an organization's ledger (GET /v1/organization/ledger):
+// its sums and settings, the formulas' results, and a page of its entries.
+type ledgerView struct {
+	Organization   string      `json:"organization"`
+	Mode           string      `json:"mode"` // test or live: the keys' mode, each with its own ledger
+	Balance        int64       `json:"balance_microusd"`
+	Granted        int64       `json:"granted_microusd"`
+	SettledSpend   int64       `json:"settled_spend_microusd"`
+	PendingSpend   int64       `json:"pending_spend_microusd"`
+	Reserved       int64       `json:"reserved_microusd"`
+	CreditFloor    int64       `json:"credit_floor_microusd"`
+	Headroom       int64       `json:"headroom_microusd"`
+	DefaultCeiling *int64      `json:"default_ceiling_microusd"`
+	Entries        []entryView `json:"entries"`
+	NextAfterSeq   int64       `json:"next_after_seq"`
+}
+
+type entryView struct {
+	Seq       int64     `json:"seq"`
+	Kind      string    `json:"kind"`
+	Amount    int64     `json:"amount_microusd"`
+	SessionID *string   `json:"session_id"`
+	Note      *string   `json:"note"`
+	At        time.Time `json:"created_at"`
+}
+
+func ledgerOf(t persistence.Tenant, st *ledger.Statement) *ledgerView {
+	a := &st.Account
+	mode := "test"
+	if t.Live {
+		mode = "live"
+	}
+	v := &ledgerView{Organization: t.Org, Mode: mode, Balance: a.Balance(), Granted: a.Granted, SettledSpend: a.Settled,
+		PendingSpend: a.Pending, Reserved: a.Reserved, CreditFloor: ledger.Floor, Headroom: a.Headroom(),
+		DefaultCeiling: a.DefaultCeiling, Entries: make([]entryView, len(st.Entries)), NextAfterSeq: st.NextAfterSeq}
+	for i, e := range st.Entries {
+		v.Entries[i] = entryView{Seq: e.Seq, Kind: e.Kind, Amount: e.Amount, SessionID: orNull(e.SessionID), Note: orNull(e.Note), At: e.At}
+	}
+	return v
+}
+
+// orNull is s, or null when it is empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 type metricView struct {

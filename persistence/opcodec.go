@@ -43,6 +43,12 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	if op.Attempts != 0 {
 		n++
 	}
+	if op.HoldMicroUSD != 0 {
+		n++
+	}
+	if op.Charged {
+		n++
+	}
 	b = append(b, msgpcode.Map16, 0, byte(n)) // past a fixmap's 15
 	b = appendStr(appendStr(b, "id"), op.ID)
 	b = appendStr(appendStr(b, "session_id"), op.SessionID)
@@ -65,6 +71,12 @@ func (op *Operation) appendMsgpack(b []byte) []byte {
 	}
 	if op.Attempts != 0 {
 		b = appendInt64(appendStr(b, "attempts"), op.Attempts)
+	}
+	if op.HoldMicroUSD != 0 {
+		b = appendInt64(appendStr(b, "hold"), op.HoldMicroUSD)
+	}
+	if op.Charged {
+		b = append(appendStr(b, "charged"), msgpcode.True)
 	}
 	return b
 }

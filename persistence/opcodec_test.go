@@ -37,6 +37,8 @@ func fill(t testing.TB, ptr any, seq int64) {
 			*x = "value of " + name
 		case *int64:
 			*x = seq - int64(i)<<33
+		case *bool:
+			*x = true
 		case *json.RawMessage:
 			*x = json.RawMessage(fmt.Sprintf(`{"field":%q}`, name))
 		case **string:

@@ -161,6 +161,11 @@ type Operation struct {
 	// Attempts counts the starts the node died under (a crash while it was
 	// executing): the operation runs again after each, up to a limit.
 	Attempts int64 `msgpack:"attempts,omitempty"`
+	// HoldMicroUSD is the estimate its session's budget holds for it while
+	// it is queued or executing (providers/ledger); Charged: its ending
+	// was charged to the budget, in the write that ended it.
+	HoldMicroUSD int64 `msgpack:"hold,omitempty"`
+	Charged      bool  `msgpack:"charged,omitempty"`
 }
 
 // Metric is the step record of one forward_backward or optim_step.

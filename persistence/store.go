@@ -46,9 +46,12 @@ const (
 	Leases      Bucket = "leases"      // session id → its lease (actors/lease)
 	Live        Bucket = "live"        // organization → its live sessions and runs (actors/limits)
 	Placements  Bucket = "placements"  // grain kind/identity → the cluster member it was placed on (cluster.Placement)
+	Accounts    Bucket = "accounts"    // tenant → its ledger account (providers/ledger)
+	Ledger      Bucket = "ledger"      // tenant + seq → a ledger entry
+	Budgets     Bucket = "budgets"     // session id → its budget: ceiling, holds and spend
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

@@ -56,10 +56,6 @@ const DefaultProfile = "cpu-default"
 // after this long without a heartbeat.
 const TrainerLifetime = 4 * time.Hour
 
-// DefaultCeiling is what a platform-funded session without a ceiling
-// reserves: 100 USD.
-const DefaultCeiling int64 = 100_000_000
-
 // Routing errors.
 var (
 	ErrUnavailable        = errors.New("provider is not available")

@@ -22,6 +22,7 @@ import (
 	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // Tenant is the tests' caller.
@@ -59,6 +60,19 @@ func StartWith(t testing.TB, cfg actors.Config) *actors.System {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Credit grants Tenant enough credit that its sessions, each reserving up
+// to 100 USD, never meet the credit floor.
+func Credit(t testing.TB, s *actors.System) {
+	t.Helper()
+	err := s.Store().Update(func(tx persistence.Tx) error {
+		_, err := ledger.Credit(tx, Tenant, 1e12, "tests", time.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // StartClocked starts a node whose clock runs offset ahead of time.Now.

@@ -9,6 +9,7 @@ import (
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/persistence"
@@ -27,9 +28,10 @@ type Ordered interface {
 	NextSeq() int64
 	Depth() int // operations queued or executing
 	// Accept writes the operation at the next seq_id durably (the
-	// session's lease and the grain's fence are checked inside the write)
-	// and queues it.
-	Accept(sub *protocol.Submission, key []byte, p payload.Parsed) (*persistence.Operation, error)
+	// session's lease and the grain's fence are checked inside the write,
+	// and its estimated cost hold held under the session's ceiling) and
+	// queues it.
+	Accept(sub *protocol.Submission, key []byte, p payload.Parsed, hold int64) (*persistence.Operation, error)
 }
 
 // Rules are what a grain's submissions are checked against; none of it
@@ -39,6 +41,7 @@ type Rules struct {
 	Scope   executor.Scope // where the kinds are submitted
 	Offered []string       // the kinds the session's capability row offers there
 	Model   model.Config
+	Params  int64 // the model's parameters, for cost estimates
 	// Run is the run whose checkpoints load_state and export_lora may
 	// name (nil for a sampler); only what never changes in a run is read
 	// of it (its model, revision and adapter shape).
@@ -81,7 +84,7 @@ func (o *Owner) Admit(in grain.In, g Ordered) (*protocol.Accepted, error) {
 	if err := o.N.Limits.Admit(sub.Tenant.Org, r.What, g.Depth()); err != nil {
 		return nil, err
 	}
-	op, err := g.Accept(sub, key, p)
+	op, err := g.Accept(sub, key, p, usage.Estimate(o.prices, sub.Kind, p, r.Params))
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // Owner is what a run and a sampler grain share: the grain and its node,
@@ -120,7 +121,7 @@ func (o *Owner) RulesFor(scope executor.Scope, t persistence.Tenant, sessionID, 
 	if !ok { // a cluster node whose catalog lacks it (placement avoids that when it can)
 		return nil, protocol.Refuse(protocol.CodeModelUnavailable, "base model %q is not in this node's catalog", baseModel)
 	}
-	o.rules = &Rules{What: what, Scope: scope, Offered: offered, Model: m.Config, Run: run}
+	o.rules = &Rules{What: what, Scope: scope, Offered: offered, Model: m.Config, Params: int64(m.Config.ParamCount()), Run: run}
 	return o.rules, nil
 }
 
@@ -178,6 +179,9 @@ func (o *Owner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 func (o *Owner) PutOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.ID, op.SeqID)
 	if states.Terminal(states.OpMoves, op.Status) {
+		if err := ledger.Charge(tx, op, o.N.Now()); err != nil {
+			return err
+		}
 		if m := o.ops[op.SeqID]; m != nil {
 			o.opBytes -= int64(m.Size())
 			delete(o.ops, op.SeqID)
@@ -222,8 +226,12 @@ func ExistingOp(st persistence.Store, owner string, key []byte) (*persistence.Op
 }
 
 // PutAccepted writes a newly accepted operation of the owner with its id
-// index and idempotency entry.
+// index and idempotency entry, its estimated cost (op.HoldMicroUSD) held
+// under its session's ceiling.
 func (o *Owner) PutAccepted(tx persistence.Tx, op *persistence.Operation, idem []byte) error {
+	if err := ledger.Hold(tx, op.SessionID, op.HoldMicroUSD); err != nil {
+		return err
+	}
 	if err := o.PutOp(tx, op); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/wts-project/wts/actors/executor"
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/limits"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // Error is a refusal with a public error code (see docs/errors.md; the HTTP
@@ -35,6 +36,8 @@ const (
 	CodeUnavailable         = grain.CodeUnavailable
 	CodeQueueFull           = limits.CodeQueueFull
 	CodeLimitExceeded       = limits.CodeLimitExceeded
+	CodeInsufficientCredit  = ledger.CodeInsufficientCredit
+	CodeCostCeiling         = ledger.CodeCostCeiling
 
 	// Operation and run error codes (not HTTP replies).
 	CodeInterrupted = "interrupted"

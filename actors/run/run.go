@@ -134,7 +134,7 @@ func (g *Grain) activate() error {
 			return err
 		}
 		if states.Terminal(states.RunMoves, r.Status) {
-			if err := usage.Settle(tx, r.ID, now); err != nil {
+			if err := usage.Settle(tx, r.ID, r.SessionID, now); err != nil {
 				return err
 			}
 		}
@@ -176,7 +176,7 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 			return 0, err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
-			if err := usage.Settle(tx, r.ID, g.N.Now()); err != nil {
+			if err := usage.Settle(tx, r.ID, r.SessionID, g.N.Now()); err != nil {
 				return 0, err
 			}
 			if err := ended(tx, &r); err != nil {
@@ -220,11 +220,11 @@ func (g *Grain) Rules() (*oplog.Rules, error) {
 
 // Accept writes an admitted operation, keeping its parsed payload near the
 // head of the queue for its job.
-func (g *Grain) Accept(sub *protocol.Submission, key []byte, p payload.Parsed) (*persistence.Operation, error) {
+func (g *Grain) Accept(sub *protocol.Submission, key []byte, p payload.Parsed, hold int64) (*persistence.Operation, error) {
 	if len(g.Queue) < oplog.ParsedKeep {
 		g.parsed[sub.SeqID] = p
 	}
-	op, err := g.acceptOp(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload)
+	op, err := g.acceptOp(key, sub.Kind, sub.IdempotencyKey, sub.RequestHash, sub.Payload, hold)
 	if err != nil {
 		delete(g.parsed, sub.SeqID)
 		return nil, err
@@ -242,7 +242,7 @@ const leaseWriteEvery = time.Second
 // acceptOp writes a new operation at the run's next seq_id, with its
 // idempotency entry, and renews the session's lease (an operation is
 // activity). Nothing is acknowledged before this is on disk.
-func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessage) (*persistence.Operation, error) {
+func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessage, hold int64) (*persistence.Operation, error) {
 	var op *persistence.Operation
 	var next advanced
 	// With nothing queued or executing, the operation goes to the executor
@@ -272,7 +272,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 		op = &persistence.Operation{
 			ID: protocol.NewID(protocol.OperationPrefix), SessionID: r.SessionID, RunID: r.ID, SeqID: r.NextSeqID,
 			Kind: kind, Status: states.OpPending, CreatedAt: now, UpdatedAt: now,
-			IdempotencyKey: key, RequestHash: hash, Payload: body,
+			IdempotencyKey: key, RequestHash: hash, Payload: body, HoldMicroUSD: hold,
 		}
 		r.NextSeqID++
 		var err error
@@ -332,7 +332,7 @@ func (g *Grain) control(req *protocol.Control, kind string, allowed ...string) (
 	if !slices.Contains(allowed, g.run.Status) {
 		return nil, protocol.Refuse(protocol.CodeRunNotAccepting, "run %s is %s; %s is not possible", g.ID, g.run.Status, kind)
 	}
-	op, err := g.acceptOp(key, kind, "", "", nil)
+	op, err := g.acceptOp(key, kind, "", "", nil, 0)
 	if err != nil {
 		return nil, err
 	}

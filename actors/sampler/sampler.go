@@ -171,7 +171,7 @@ func (g *Grain) Rules() (*oplog.Rules, error) {
 // Accept writes an admitted operation: pending, or parked until the
 // sampler holds the weight version it requires (failed at once when the
 // ended run never saved that version).
-func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Parsed) (*persistence.Operation, error) {
+func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Parsed, hold int64) (*persistence.Operation, error) {
 	required := payload.Required(parsed)
 	var op *persistence.Operation
 	err := g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
@@ -183,7 +183,7 @@ func (g *Grain) Accept(sub *protocol.Submission, key []byte, parsed payload.Pars
 		op = &persistence.Operation{
 			ID: protocol.NewID(protocol.OperationPrefix), SessionID: r.SessionID, RunID: r.RunID, SeqID: r.NextSeqID,
 			Kind: sub.Kind, Status: first, CreatedAt: now, UpdatedAt: now,
-			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload,
+			IdempotencyKey: sub.IdempotencyKey, RequestHash: sub.RequestHash, Payload: sub.Payload, HoldMicroUSD: hold,
 		}
 		if required != nil && *required > g.latest && g.runEnded {
 			if err := oplog.Settle(op, states.OpFailed, protocol.CodeUnreachable, fmt.Sprintf(

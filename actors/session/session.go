@@ -26,6 +26,7 @@ import (
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // reminder is the key of session id's lease-expiry reminder.
@@ -33,8 +34,10 @@ func reminder(id string) string { return protocol.ReminderKey(protocol.SessionKi
 
 // Create creates and provisions a session, or returns the one an
 // earlier request with the same request_id created (created is false then).
-// The request_id index, the session and its lease are written in one
-// transaction, so two racing requests get one session.
+// The request_id index, the session, its lease and its budget (with the
+// reservation of its ceiling on the organization's ledger) are written in
+// one transaction, so two racing requests get one session, and two
+// sessions never reserve the same headroom.
 func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, created bool, err error) {
 	provider, err := n.Registry.Route(req.Provider, req.Preferences)
 	if err != nil {
@@ -49,11 +52,6 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 	case err != nil:
 		return nil, false, err
 	}
-	ceiling := req.MaxCostMicroUSD
-	if ceiling == nil && funding == "platform" {
-		c := providers.DefaultCeiling
-		ceiling = &c
-	}
 	capability, err := json.Marshal(n.Registry.Row(provider))
 	if err != nil {
 		return nil, false, fmt.Errorf("encode capability: %w", err)
@@ -63,12 +61,21 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 	fresh := &persistence.Session{
 		ID: protocol.NewID(protocol.SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
 		Status: states.SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
-		MaxCostMicroUSD: ceiling, Capability: capability, CapabilitySnapshot: capability,
+		Capability: capability, CapabilitySnapshot: capability,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
 	key := persistence.RequestKey(req.Tenant, "session", req.RequestID)
 	err = n.Store.Update(func(tx persistence.Tx) error {
-		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error { return n.Limits.Open(tx, req.Tenant.Org, limits.Sessions) })
+		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error {
+			if err := n.Limits.Open(tx, req.Tenant.Org, limits.Sessions); err != nil {
+				return err
+			}
+			// The ceiling: reserved on the organization's ledger when the
+			// platform funds the session.
+			ceiling, err := ledger.Open(tx, req.Tenant, fresh.ID, funding == "platform", req.MaxCostMicroUSD, now)
+			fresh.MaxCostMicroUSD = ceiling
+			return err
+		})
 		created = isNew
 		if err != nil {
 			return err
@@ -146,6 +153,9 @@ func (g *Grain) activate() error {
 					return err
 				}
 				g.closing, ss.UpdatedAt = false, g.N.Now()
+				if err := g.ended(tx, ss); err != nil {
+					return err
+				}
 				if err := tx.Put(persistence.Sessions, []byte(g.ID), ss); err != nil {
 					return err
 				}
@@ -153,6 +163,19 @@ func (g *Grain) activate() error {
 		}
 		return tx.Put(persistence.Leases, []byte(g.ID), l)
 	})
+}
+
+// ended records, inside tx, that session ss has just ended: its
+// organization's live count, its placement record, and its budget, whose
+// reservation goes back to the organization's ledger.
+func (g *Grain) ended(tx persistence.Tx, ss *persistence.Session) error {
+	if err := limits.Close(tx, ss.Tenant.Org, limits.Sessions); err != nil {
+		return err
+	}
+	if err := cluster.Forget(tx, protocol.SessionKind, g.ID); err != nil {
+		return err
+	}
+	return ledger.End(tx, g.ID, g.N.Now())
 }
 
 // load reads the session and its lease inside tx; a session not of tenant
@@ -193,10 +216,7 @@ func (g *Grain) update(t *persistence.Tenant, fn func(tx persistence.Tx, ss *per
 		out = protocol.SessionView(ss, l)
 		ended = states.Terminal(states.SessionMoves, ss.Status) && !states.Terminal(states.SessionMoves, was)
 		if ended {
-			if err := limits.Close(tx, ss.Tenant.Org, limits.Sessions); err != nil {
-				return err
-			}
-			if err := cluster.Forget(tx, protocol.SessionKind, g.ID); err != nil {
+			if err := g.ended(tx, ss); err != nil {
 				return err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
 // Prices is the provider and billing snapshot of a run's session: the
@@ -64,12 +65,36 @@ func Record(op *persistence.Operation, d *executor.Done, p *Prices, now time.Tim
 		}
 		op.Usage = append(op.Usage, u)
 	}
+	capAtHold(op)
+}
+
+// capAtHold bills op at most the estimate its budget holds for it (none
+// held: no bound): tokens are never more than the estimate counted, so
+// what passes it is device time, whose component is cut to fit; its
+// quantity stays what was measured.
+func capAtHold(op *persistence.Operation) {
+	if op.HoldMicroUSD <= 0 {
+		return
+	}
+	var total int64
+	for _, u := range op.Usage {
+		total += u.CostMicroUSD
+	}
+	for i := range op.Usage {
+		if u := &op.Usage[i]; total > op.HoldMicroUSD && u.Meter == providers.MeterDeviceMS {
+			cut := min(total-op.HoldMicroUSD, u.CostMicroUSD)
+			u.CostMicroUSD -= cut
+			total -= cut
+		}
+	}
 }
 
 // Settle settles a run's pending components, in the write that ends the
-// run: its trainer is released and the provider has billed it.
-func Settle(tx persistence.Tx, runID string, now time.Time) error {
+// run: its trainer is released and the provider has billed it. Their cost
+// moves from its session's pending spend to its settled spend.
+func Settle(tx persistence.Tx, runID, sessionID string, now time.Time) error {
 	var settled []*persistence.Operation
+	var amount int64
 	err := persistence.ScanOps(tx, runID, 0, func(op *persistence.Operation) error {
 		pending := false
 		for i := range op.Usage {
@@ -78,6 +103,7 @@ func Settle(tx persistence.Tx, runID string, now time.Time) error {
 					return err
 				}
 				u.SettledAt, pending = &now, true
+				amount += u.CostMicroUSD
 			}
 		}
 		if pending {
@@ -93,7 +119,7 @@ func Settle(tx persistence.Tx, runID string, now time.Time) error {
 			return err
 		}
 	}
-	return nil
+	return ledger.SettlePending(tx, sessionID, amount, now)
 }
 
 // List lists a session's usage components in operation order.
@@ -129,9 +155,10 @@ const CostPending = "cost_pending"
 // Cost is a session's cost status.
 type Cost struct {
 	SessionID string
-	// EstimatedMaxMicroUSD is every component at its list price, pending
-	// ones included: settlement never bills above the list price, so the
-	// final total is at most this.
+	// EstimatedMaxMicroUSD is every component (pending ones included:
+	// settlement never bills above the list price) and the estimates its
+	// queued and executing operations hold: the final total is at most
+	// this, with the work admitted so far.
 	EstimatedMaxMicroUSD int64
 	SettlementStatus     string
 	TotalMicroUSD        any // int64, or CostPending
@@ -153,7 +180,18 @@ func CostOf(st persistence.Store, t persistence.Tenant, sessionID string) (*Cost
 			status = providers.Pending
 		}
 	}
-	c := &Cost{SessionID: sessionID, SettlementStatus: status, EstimatedMaxMicroUSD: total, TotalMicroUSD: total, Components: items}
+	var held int64 // the estimates of its operations not yet ended
+	err = st.View(func(tx persistence.Tx) error {
+		b, err := ledger.BudgetOf(tx, sessionID)
+		if b != nil {
+			held = b.Held
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Cost{SessionID: sessionID, SettlementStatus: status, EstimatedMaxMicroUSD: total + held, TotalMicroUSD: total, Components: items}
 	if status == providers.Pending {
 		c.TotalMicroUSD = CostPending
 	}

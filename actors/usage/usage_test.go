@@ -70,7 +70,7 @@ func TestPendingUntilTheRunEnds(t *testing.T) {
 	if _, err := CostOf(st, persistence.Tenant{Org: "other"}, ss.ID); err == nil {
 		t.Fatal("another organization read the cost")
 	}
-	if err := st.Update(func(tx persistence.Tx) error { return Settle(tx, "wtr_1", now) }); err != nil {
+	if err := st.Update(func(tx persistence.Tx) error { return Settle(tx, "wtr_1", ss.ID, now) }); err != nil {
 		t.Fatal(err)
 	}
 	c, err = CostOf(st, tenant, ss.ID)

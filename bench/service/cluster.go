@@ -102,6 +102,7 @@ func ServeCluster(wts, data, preset string, n int, extra ...string) []*Node {
 	if key == "" {
 		log.Fatalf("the first node printed no key:\n%s", nodes[0].Log())
 	}
+	Credit(wts, data, "default")
 	for _, node := range nodes {
 		node.Key, node.Model, node.Revision, node.ModelDir = key, preset, rev, dir
 	}

@@ -186,6 +186,7 @@ func (n *node) key(org string) string {
 	if err != nil {
 		log.Fatalf("keys create: %v", err)
 	}
+	service.Credit(n.bin, n.data, org)
 	return strings.TrimSpace(string(out))
 }
 

@@ -151,6 +151,11 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	if key == "" {
 		t.Fatalf("no first key in the log:\n%s", first.Log())
 	}
+	// Each of the tests' sessions reserves up to 100 USD.
+	var ledger httpapi.OrgReply
+	if _, err := adminCall(tc.data, first.Name, "/admin/orgs/credit", httpapi.OrgRequest{Org: "default", MicroUSD: 1e12}, &ledger); err != nil {
+		t.Fatalf("credit: %v", err)
+	}
 	tc.c = &client{key: key, nodes: tc.nodes, http: http.Client{Timeout: 60 * time.Second}}
 	return tc
 }

@@ -6,6 +6,7 @@
 //	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
 //	wts keys create --org NAME [--live] [--data DIR]
 //	wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token
+//	wts orgs credit|set|show --org NAME [--live] [--microusd N] [--default-ceiling N|none] [--data DIR]
 //	wts node [--data DIR]
 //	wts openapi
 package main
@@ -28,7 +29,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: wts <serve|keys|credentials|node|voters|model|sample|openapi> ...")
+		return fmt.Errorf("usage: wts <serve|keys|credentials|orgs|node|voters|model|sample|openapi> ...")
 	}
 	switch args[0] {
 	case "model":
@@ -41,6 +42,8 @@ func run(args []string) error {
 		return keysCmd(args[1:])
 	case "credentials":
 		return credentialsCmd(args[1:])
+	case "orgs":
+		return orgsCmd(args[1:])
 	case "node":
 		return nodeCmd(args[1:])
 	case "voters":
@@ -49,6 +52,6 @@ func run(args []string) error {
 		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
 		return err
 	default:
-		return fmt.Errorf("unknown command %q (want serve, keys, credentials, node, voters, model, sample or openapi)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, keys, credentials, orgs, node, voters, model, sample or openapi)", args[0])
 	}
 }

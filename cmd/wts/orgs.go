@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	httpapi "github.com/wts-project/wts/http"
+	"github.com/wts-project/wts/persistence"
+)
+
+const orgsUsage = "usage: wts orgs credit --org NAME [--live] --microusd N [--note TEXT] | set --org NAME [--live] --default-ceiling N|none | show --org NAME [--live]  [--data DIR]"
+
+// orgsCmd grants an organization credit, sets its default session
+// ceiling, or shows its ledger (docs/billing.md), through a running node's
+// admin socket, else on the stopped node's store; it prints the ledger.
+func orgsCmd(args []string) error {
+	if len(args) == 0 || args[0] != "credit" && args[0] != "set" && args[0] != "show" {
+		return fmt.Errorf("%s", orgsUsage)
+	}
+	op := args[0]
+	fs := flag.NewFlagSet("orgs "+op, flag.ContinueOnError)
+	org := fs.String("org", "", "the organization")
+	live := fs.Bool("live", false, "the ledger of its svc_live_ keys (default: its svc_test_ keys')")
+	amount := fs.Int64("microusd", 0, "credit: the grant, in micro-USD (1 USD = 1000000)")
+	note := fs.String("note", "", "credit: a note kept with the grant")
+	ceiling := fs.String("default-ceiling", "", "set: the ceiling, in micro-USD, that a platform-funded session without max_cost_microusd reserves; none: up to 100 USD of the headroom")
+	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
+	node := nodeFlag(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	req := httpapi.OrgRequest{Org: *org, Live: *live, MicroUSD: *amount, Note: *note}
+	switch {
+	case *org == "":
+		return fmt.Errorf("orgs %s: --org is required", op)
+	case op == "credit" && *amount < 1:
+		return fmt.Errorf("orgs credit: --microusd must be at least 1")
+	case op == "set" && *ceiling == "":
+		return fmt.Errorf("orgs set: --default-ceiling is required (N micro-USD, or none)")
+	case op == "set" && *ceiling != "none":
+		n, err := strconv.ParseInt(*ceiling, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("orgs set: --default-ceiling must be a whole number of micro-USD >= 1, or none")
+		}
+		req.DefaultCeiling = &n
+	}
+	var reply httpapi.OrgReply
+	sock, err := adminCall(*data, *node, "/admin/orgs/"+op, req, &reply)
+	if err != nil {
+		st, oerr := persistence.Open(filepath.Join(*data, "wts.db"))
+		if oerr != nil {
+			return fmt.Errorf("orgs %s: %w (no node answers on %s either: %v)", op, oerr, sock, err)
+		}
+		defer st.Close()
+		got, err := httpapi.OrgLedger(st, op, req, time.Now())
+		if err != nil {
+			return fmt.Errorf("orgs %s: %w", op, err)
+		}
+		reply = *got
+	}
+	out, err := json.MarshalIndent(reply, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(out))
+	return nil
+}

@@ -1,0 +1,130 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wts-project/wts/actors/executor"
+	"github.com/wts-project/wts/actors/usage"
+	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/providers"
+)
+
+// num reads an integer field of a reply.
+func (r *reply) num(k string) int64 {
+	f, _ := r.Body[k].(float64)
+	return int64(f)
+}
+
+// TestMoney drives a fresh organization through the money rules: the
+// credit floor bounds what its sessions reserve, a grant makes room, a
+// session that reached its ceiling refuses the next operation and nothing
+// changes, and once its sessions closed the ledger has every reservation
+// back and exactly their cost spent.
+func TestMoney(t *testing.T) {
+	n := newNode(t)
+	out, err := exec.Command(binary, "keys", "create", "--org", "fresh", "--data", n.data).Output()
+	if err != nil {
+		t.Fatalf("keys create: %v", err)
+	}
+	key := strings.TrimSpace(string(out))
+	ledger := func() *reply {
+		r := n.do("GET", "/v1/organization/ledger", key, nil)
+		n.want(r, 200, "")
+		return r
+	}
+	if l := ledger(); l.num("headroom_microusd") != 100_000_000 || l.num("granted_microusd") != 0 || l.str("organization") != "fresh" || l.str("mode") != "test" {
+		t.Fatalf("a fresh organization's ledger: %s", l.Raw)
+	}
+
+	// The first session without a ceiling reserves all 100 USD of headroom
+	// above the floor; a second has none left.
+	first := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s1"})
+	n.want(first, 201, "")
+	if first.num("max_cost_microusd") != 100_000_000 {
+		t.Fatalf("first session's ceiling: %s", first.Raw)
+	}
+	if l := ledger(); l.num("reserved_microusd") != 100_000_000 || l.num("headroom_microusd") != 0 {
+		t.Fatalf("after the first session: %s", l.Raw)
+	}
+	n.want(n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2"}), 402, "insufficient_credit")
+
+	// An operator's grant makes room; a requested ceiling is reserved
+	// exactly. The ceiling here is one forward_backward's estimate: the
+	// first fits, and once it has cost anything the second does not.
+	if out, err := exec.Command(binary, "orgs", "credit", "--org", "fresh", "--microusd", "20000000", "--note", "trial", "--data", n.data).CombinedOutput(); err != nil {
+		t.Fatalf("orgs credit: %v\n%s", err, out)
+	}
+	fb := batch(1, 11, 1)
+	raw, _ := json.Marshal(fb)
+	parsed, err := executor.Parse("forward_backward", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prices := &usage.Prices{Provider: providers.A, Billing: providers.PriceList(providers.A)}
+	estimate := usage.Estimate(prices, "forward_backward", parsed, int64(model.Presets["tiny"].ParamCount()))
+	n.want(n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2", "max_cost_microusd": 20_000_001}), 402, "insufficient_credit")
+	second := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2", "provider": "provider_a", "max_cost_microusd": estimate})
+	n.want(second, 201, "")
+	sid := second.str("id")
+	run := n.do("POST", "/v1/training/sessions/"+sid+"/runs", key, map[string]any{
+		"request_id": "r", "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"rank": 4, "seed": 3}})
+	n.want(run, 201, "")
+	rid := run.str("id")
+	ops := "/v1/training/runs/" + rid + "/operations"
+	acc := n.do("POST", ops, key, op(1, "k1", "forward_backward", fb))
+	n.want(acc, 202, "")
+	n.poll(key, acc.str("id"))
+	cost := n.do("GET", "/v1/training/sessions/"+sid+"/cost", key, nil)
+	n.want(cost, 200, "")
+	spent := cost.num("estimated_max_microusd") // nothing held now: its components
+	if spent < 1 || spent > estimate {
+		t.Fatalf("the first operation cost %d, estimated %d: %s", spent, estimate, cost.Raw)
+	}
+	n.want(n.do("POST", ops, key, op(2, "k2", "forward_backward", fb)), 402, "cost_ceiling_reached")
+	if r := n.do("GET", "/v1/training/runs/"+rid, key, nil); r.num("next_seq_id") != 2 {
+		t.Fatalf("the refused operation changed the run: %s", r.Raw)
+	}
+	if list := n.do("GET", ops, key, nil); len(list.Body["items"].([]any)) != 1 {
+		t.Fatalf("the refused operation was listed: %s", list.Raw)
+	}
+
+	// Closing gives back what was not spent; provider_a's pending device
+	// time settles when its trainer is released.
+	var total int64
+	for _, id := range []string{first.str("id"), sid} {
+		n.want(n.do("POST", "/v1/training/sessions/"+id+"/close", key, map[string]any{"request_id": "close"}), 200, "")
+		deadline := time.Now().Add(30 * time.Second)
+		for n.do("GET", "/v1/training/sessions/"+id, key, nil).str("status") != "closed" {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s did not close", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c := n.do("GET", "/v1/training/sessions/"+id+"/cost", key, nil)
+		if c.str("settlement_status") != "settled" {
+			t.Fatalf("session %s closed with its cost %s", id, c.Raw)
+		}
+		total += c.num("total_microusd")
+	}
+	l := ledger()
+	if l.num("reserved_microusd") != 0 || l.num("pending_spend_microusd") != 0 || l.num("settled_spend_microusd") != total || total != spent ||
+		l.num("headroom_microusd") != 120_000_000-total || l.num("balance_microusd") != 20_000_000-total {
+		t.Fatalf("the ledger after both sessions closed (their cost %d): %s", total, l.Raw)
+	}
+	var kinds []string
+	for _, e := range l.Body["entries"].([]any) {
+		kinds = append(kinds, e.(map[string]any)["kind"].(string))
+	}
+	if got := fmt.Sprint(kinds); got != "[reserve grant reserve release release spend]" {
+		t.Fatalf("ledger entries %s: %s", got, l.Raw)
+	}
+	// Paged by after_seq.
+	if p := n.do("GET", "/v1/organization/ledger?after_seq=4&limit=1", key, nil); p.num("next_after_seq") != 5 || len(p.Body["entries"].([]any)) != 1 {
+		t.Fatalf("a page of the ledger: %s", p.Raw)
+	}
+}
