@@ -35,6 +35,7 @@ import (
 	"github.com/wts-project/wts/actors/session"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/telemetry"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -50,6 +51,10 @@ type Config struct {
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory (default 10 minutes).
 	SamplerIdle time.Duration
+	// SettleAfter is how long after it is observed a pending usage
+	// component (provider_a's) is settled, as the provider's invoice would
+	// settle it (default 10 minutes).
+	SettleAfter time.Duration
 	// GrainIdle is how long a grain with nothing in flight stays in memory
 	// after its last message before it passivates (default 10 minutes); the
 	// next message activates it again from the store.
@@ -141,6 +146,9 @@ func Start(cfg Config) (*System, error) {
 	if cfg.SamplerIdle == 0 {
 		cfg.SamplerIdle = 10 * time.Minute
 	}
+	if cfg.SettleAfter == 0 {
+		cfg.SettleAfter = 10 * time.Minute
+	}
 	if cfg.HubEndpoint == "" {
 		cfg.HubEndpoint = hub.DefaultEndpoint
 	}
@@ -166,7 +174,7 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	n := &protocol.Node{Store: st, Volume: persistence.NewVolume(cfg.DataDir), Registry: cfg.Registry, Log: cfg.Log,
-		Metrics: cfg.Metrics, Clock: cfg.Now, Limits: limits.New(cfg.Limits), SamplerIdle: cfg.SamplerIdle}
+		Metrics: cfg.Metrics, Clock: cfg.Now, Limits: limits.New(cfg.Limits), SamplerIdle: cfg.SamplerIdle, SettleAfter: cfg.SettleAfter}
 	s := &System{cfg: cfg, n: n, stop: make(chan struct{}), exports: artifacts.NewExports(n, vault, cfg.HubEndpoint)}
 	n.Trainer, s.samplers, n.Memory = executor.Start(executor.Env{Store: st, Volume: n.Volume, Catalog: cfg.Registry.Catalog(), Log: cfg.Log,
 		Metrics: cfg.Metrics, SnapshotEvery: cfg.SnapshotEvery, Reports: protocol.Reports{N: n},
@@ -240,9 +248,19 @@ func Start(cfg Config) (*System, error) {
 		s.Stop(context.Background())
 		return nil, err
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.exports.Run(s.stop) }()
+	go func() {
+		defer s.wg.Done()
+		usage.Settler(st, n.Now, settleEvery(cfg.SettleAfter), func(err error) { n.Log.Error("settle usage", "err", err) }, s.stop)
+	}()
 	return s, nil
+}
+
+// settleEvery is how often the settlement pass runs: a tenth of the delay,
+// so that a component settles within 10% of it, between 50 ms and 30 s.
+func settleEvery(after time.Duration) time.Duration {
+	return min(max(after/10, 50*time.Millisecond), 30*time.Second)
 }
 
 // requestTimeout bounds one grain call.

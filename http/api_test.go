@@ -85,7 +85,7 @@ func TestTrainingFlow(t *testing.T) {
 	}
 	hb := n.do("POST", v1+"/sessions/"+sid+"/heartbeat", key, map[string]any{"request_id": "hb1"})
 	n.want(hb, 200, "")
-	n.checkUsage(sid, key, false)
+	n.checkUsage(sid, key)
 	n.checkPrometheus(map[string]float64{
 		`wts_http_requests_total{method="POST",route="/v1/training/runs/{run_id}/operations",status="202"}`: 5,
 		`wts_operations_accepted_total{kind="forward_backward"}`:                                            2,
@@ -107,7 +107,7 @@ func TestTrainingFlow(t *testing.T) {
 		t.Fatalf("run after finish: %s", s)
 	}
 	n.want(n.do("POST", v1+"/runs/"+rid+"/operations", key, op(7, "late", "forward", batch(1, 4, 1))), 409, "run_not_accepting")
-	n.checkUsage(sid, key, true)
+	n.checkUsage(sid, key)
 
 	c := n.do("POST", v1+"/sessions/"+sid+"/close", key, map[string]any{"request_id": "close"})
 	n.want(c, 200, "")
@@ -356,47 +356,33 @@ func TestMsgpack(t *testing.T) {
 	}
 }
 
-// checkUsage holds the flow's usage to the price list: per operation a
-// token component (2 sequences of 9 for each fwd-bwd and the forward) and a
-// device-time component; provider_a's device time stays pending (and the
-// total is cost_pending) until the run has ended.
-func (n *node) checkUsage(sid, key string, ended bool) {
+// checkUsage holds the flow's usage to provider_a's price list: a device
+// time component for each operation the executor ran, pending (the node
+// settles them ten minutes after they were observed; TestMoney sees them
+// settle), so that the total is cost_pending.
+func (n *node) checkUsage(sid, key string) {
 	n.t.Helper()
 	u := n.do("GET", v1+"/sessions/"+sid+"/usage", key, nil)
 	n.want(u, 200, "")
 	cost := n.do("GET", v1+"/sessions/"+sid+"/cost", key, nil)
 	n.want(cost, 200, "")
-	prices := map[string]float64{"train_tokens": 1_000_000, "forward_tokens": 300_000, "device_ms": 555_555}
-	tokens := map[string]float64{}
 	var sum float64
-	pending := false
-	for _, it := range u.Body["items"].([]any) {
+	items := u.Body["items"].([]any)
+	for _, it := range items {
 		c := it.(map[string]any)
-		m, q := c["meter"].(string), c["quantity"].(float64)
-		if want := float64(int64((q*prices[m] + 999_999) / 1_000_000)); c["cost_microusd"].(float64) != want || c["provider"] != "provider_a" || c["session_id"] != sid {
-			n.t.Errorf("component %v: cost want %v", c, want)
+		q := c["quantity"].(float64)
+		if want := float64(int64((q*555_555 + 999_999) / 1_000_000)); c["meter"] != "device_ms" || c["cost_microusd"].(float64) != want || c["provider"] != "provider_a" || c["session_id"] != sid {
+			n.t.Errorf("component %v: want device_ms at cost %v", c, want)
 		}
-		if m == "device_ms" {
-			pending = pending || c["settlement_status"] == "pending"
-			if (c["settlement_status"] == "pending") == ended || (c["settled_at"] == nil) != !ended {
-				n.t.Errorf("device time settlement, run ended %v: %v", ended, c)
-			}
-		} else {
-			tokens[m] += q
+		if c["settlement_status"] != "pending" || c["settled_at"] != nil {
+			n.t.Errorf("provider_a's device time settled at once: %v", c)
 		}
 		sum += c["cost_microusd"].(float64)
 	}
-	if tokens["train_tokens"] != 36 || tokens["forward_tokens"] != 18 {
-		n.t.Errorf("token usage %v, want 36 train and 18 forward", tokens)
-	}
-	if cost.Body["estimated_max_microusd"].(float64) != sum || len(cost.Body["components"].([]any)) != len(u.Body["items"].([]any)) {
+	if len(items) == 0 || cost.Body["estimated_max_microusd"].(float64) != sum || len(cost.Body["components"].([]any)) != len(items) {
 		n.t.Errorf("cost %s does not add up to %v", cost.Raw, sum)
 	}
-	wantTotal, wantStatus := any(sum), "settled"
-	if pending {
-		wantTotal, wantStatus = "cost_pending", "pending"
-	}
-	if cost.Body["total_microusd"] != wantTotal || cost.Body["settlement_status"] != wantStatus {
+	if cost.Body["total_microusd"] != "cost_pending" || cost.Body["settlement_status"] != "pending" {
 		n.t.Errorf("cost: %s", cost.Raw)
 	}
 }

@@ -23,10 +23,11 @@ func (r *reply) num(k string) int64 {
 // TestMoney drives a fresh organization through the money rules: the
 // credit floor bounds what its sessions reserve, a grant makes room, a
 // session that reached its ceiling refuses the next operation and nothing
-// changes, and once its sessions closed the ledger has every reservation
-// back and exactly their cost spent.
+// changes, provider_a's device time is pending and then settles while
+// provider_b's tokens settle at once, and once its sessions closed the
+// ledger has every reservation back and exactly their cost spent.
 func TestMoney(t *testing.T) {
-	n := newNode(t)
+	n := newNode(t, "--settle-after", "3s")
 	out, err := exec.Command(binary, "keys", "create", "--org", "fresh", "--data", n.data).Output()
 	if err != nil {
 		t.Fatalf("keys create: %v", err)
@@ -82,7 +83,7 @@ func TestMoney(t *testing.T) {
 	cost := n.do("GET", "/v1/training/sessions/"+sid+"/cost", key, nil)
 	n.want(cost, 200, "")
 	spent := cost.num("estimated_max_microusd") // nothing held now: its components
-	if spent < 1 || spent > estimate {
+	if spent < 1 || spent > estimate || cost.Body["total_microusd"] != "cost_pending" {
 		t.Fatalf("the first operation cost %d, estimated %d: %s", spent, estimate, cost.Raw)
 	}
 	n.want(n.do("POST", ops, key, op(2, "k2", "forward_backward", fb)), 402, "cost_ceiling_reached")
@@ -93,10 +94,45 @@ func TestMoney(t *testing.T) {
 		t.Fatalf("the refused operation was listed: %s", list.Raw)
 	}
 
-	// Closing gives back what was not spent; provider_a's pending device
-	// time settles when its trainer is released.
+	// provider_a's device time settles after the node's delay.
+	settled := func(id string) *reply {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c := n.do("GET", "/v1/training/sessions/"+id+"/cost", key, nil)
+			if c.str("settlement_status") == "settled" {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s's cost did not settle: %s", id, c.Raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if c := settled(sid); c.num("total_microusd") != spent {
+		t.Fatalf("settled total: %s, want %d", c.Raw, spent)
+	}
+
+	// provider_b bills tokens, settled when observed.
+	third := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s3", "provider": "provider_b", "max_cost_microusd": 1_000_000})
+	n.want(third, 201, "")
+	run = n.do("POST", "/v1/training/sessions/"+third.str("id")+"/runs", key, map[string]any{
+		"request_id": "r", "base_model": "tiny", "model_revision": "provider-managed", "lora": map[string]any{"rank": 4, "seed": 3}})
+	n.want(run, 201, "")
+	acc = n.do("POST", "/v1/training/runs/"+run.str("id")+"/operations", key, op(1, "k1", "forward_backward", fb))
+	n.want(acc, 202, "")
+	n.poll(key, acc.str("id"))
+	usage := n.do("GET", "/v1/training/sessions/"+third.str("id")+"/usage", key, nil)
+	if items := usage.Body["items"].([]any); len(items) != 1 || items[0].(map[string]any)["meter"] != "train_tokens" ||
+		items[0].(map[string]any)["quantity"].(float64) != 11 || items[0].(map[string]any)["settlement_status"] != "settled" {
+		t.Fatalf("provider_b's usage: %s", usage.Raw)
+	}
+	if c := n.do("GET", "/v1/training/sessions/"+third.str("id")+"/cost", key, nil); c.num("total_microusd") != 11 {
+		t.Fatalf("provider_b's cost: %s", c.Raw)
+	}
+
+	// Closing gives back what was not spent.
 	var total int64
-	for _, id := range []string{first.str("id"), sid} {
+	for _, id := range []string{first.str("id"), sid, third.str("id")} {
 		n.want(n.do("POST", "/v1/training/sessions/"+id+"/close", key, map[string]any{"request_id": "close"}), 200, "")
 		deadline := time.Now().Add(30 * time.Second)
 		for n.do("GET", "/v1/training/sessions/"+id, key, nil).str("status") != "closed" {
@@ -112,7 +148,7 @@ func TestMoney(t *testing.T) {
 		total += c.num("total_microusd")
 	}
 	l := ledger()
-	if l.num("reserved_microusd") != 0 || l.num("pending_spend_microusd") != 0 || l.num("settled_spend_microusd") != total || total != spent ||
+	if l.num("reserved_microusd") != 0 || l.num("pending_spend_microusd") != 0 || l.num("settled_spend_microusd") != total || total != spent+11 ||
 		l.num("headroom_microusd") != 120_000_000-total || l.num("balance_microusd") != 20_000_000-total {
 		t.Fatalf("the ledger after both sessions closed (their cost %d): %s", total, l.Raw)
 	}
@@ -120,11 +156,11 @@ func TestMoney(t *testing.T) {
 	for _, e := range l.Body["entries"].([]any) {
 		kinds = append(kinds, e.(map[string]any)["kind"].(string))
 	}
-	if got := fmt.Sprint(kinds); got != "[reserve grant reserve release release spend]" {
+	if got := fmt.Sprint(kinds); got != "[reserve grant reserve reserve release release spend release spend]" {
 		t.Fatalf("ledger entries %s: %s", got, l.Raw)
 	}
 	// Paged by after_seq.
-	if p := n.do("GET", "/v1/organization/ledger?after_seq=4&limit=1", key, nil); p.num("next_after_seq") != 5 || len(p.Body["entries"].([]any)) != 1 {
+	if p := n.do("GET", "/v1/organization/ledger?after_seq=4&limit=2", key, nil); p.num("next_after_seq") != 6 || len(p.Body["entries"].([]any)) != 2 {
 		t.Fatalf("a page of the ledger: %s", p.Raw)
 	}
 }

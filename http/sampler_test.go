@@ -177,20 +177,18 @@ func TestSamplers(t *testing.T) {
 		t.Errorf("sampler operations: %s", list.Raw)
 	}
 
-	// Sampling is metered: sample_tokens and device time of each sampler
-	// operation, settled when observed.
+	// Sampling is metered: provider_a bills the device time of each sampler
+	// operation, pending until it settles.
 	sampled := 0
 	for _, it := range n.do("GET", v1+"/sessions/"+sess+"/usage", key, nil).Body["items"].([]any) {
 		u := it.(map[string]any)
-		if u["meter"] == "sample_tokens" {
-			sampled++
-			if u["settlement_status"] != "settled" || u["cost_microusd"].(float64) <= 0 {
-				t.Errorf("sampling usage: %v", u)
-			}
+		if u["meter"] != "device_ms" || u["settlement_status"] != "pending" || u["cost_microusd"].(float64) <= 0 {
+			t.Errorf("sampling usage: %v", u)
 		}
+		sampled++
 	}
 	if sampled < 8 { // the run-scoped sample, 4 samples and logprobs before, and those after
-		t.Errorf("%d sample_tokens components", sampled)
+		t.Errorf("%d device_ms components", sampled)
 	}
 
 	// 6. Retiring the run retires its sampler.

@@ -49,9 +49,10 @@ const (
 	Accounts    Bucket = "accounts"    // tenant → its ledger account (providers/ledger)
 	Ledger      Bucket = "ledger"      // tenant + seq → a ledger entry
 	Budgets     Bucket = "budgets"     // session id → its budget: ceiling, holds and spend
+	Unsettled   Bucket = "unsettled"   // due time + run or sampler id + seq → session id: an operation with pending usage (actors/usage)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets, Unsettled}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

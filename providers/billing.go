@@ -24,13 +24,16 @@ type Billing struct {
 	Units      map[string]string `json:"units"`
 }
 
-// PriceList is provider p's price list: tokens at list prices per million,
-// and device time at an hourly rate (provider_a's dedicated trainers cost
-// more per hour than provider_b's shared pool).
+// PriceList is provider p's price list. provider_a runs work on dedicated
+// trainers and bills their device time by the hour; provider_b is a shared
+// pool and bills tokens at list prices per million.
 func PriceList(p string) Billing {
-	perHour := int64(2_000_000) // 2 USD per device hour
-	if p == B {
-		perHour = 1_500_000
+	if p == A {
+		return Billing{
+			Currency:   "USD",
+			PerMillion: map[string]int64{MeterDeviceMS: 2_000_000 * 1_000_000 / 3_600_000}, // 2 USD per device hour, per million ms
+			Units:      map[string]string{MeterDeviceMS: "millisecond"},
+		}
 	}
 	return Billing{
 		Currency: "USD",
@@ -38,13 +41,13 @@ func PriceList(p string) Billing {
 			MeterTrainTokens:   1_000_000, // 1 USD per million tokens
 			MeterForwardTokens: 300_000,
 			MeterSampleTokens:  400_000,
-			MeterDeviceMS:      perHour * 1_000_000 / 3_600_000, // per million ms
 		},
-		Units: map[string]string{MeterTrainTokens: "token", MeterForwardTokens: "token", MeterSampleTokens: "token", MeterDeviceMS: "millisecond"},
+		Units: map[string]string{MeterTrainTokens: "token", MeterForwardTokens: "token", MeterSampleTokens: "token"},
 	}
 }
 
-// Cost is the price of qty units of meter in micro-USD, rounded up.
+// Cost is the price of qty units of meter in micro-USD, rounded up (0 for
+// a meter the list does not price).
 func (b Billing) Cost(meter string, qty int64) int64 {
 	return (qty*b.PerMillion[meter] + 999_999) / 1_000_000
 }
@@ -55,25 +58,23 @@ type Reading struct {
 	Quantity int64
 }
 
-// Meter reads what one executed operation used: device time whenever the
-// executor ran it (failed and cancelled work used the device too), and its
-// tokens on tokenMeter (its kind's, "" for none) only when it succeeded (a
-// refused batch is not billed per token).
-func Meter(tokenMeter string, succeeded bool, tokens, deviceMS int64) []Reading {
-	var rs []Reading
-	if succeeded && tokens > 0 && tokenMeter != "" {
-		rs = append(rs, Reading{tokenMeter, tokens})
+// Meter reads what one executed operation used, as provider p bills it:
+// provider_a the device time of any operation an executor ran (failed and
+// cancelled work used the device too); provider_b the tokens on
+// tokenMeter (its kind's, "" for none) of one that succeeded (a refused
+// batch is not billed).
+func Meter(p, tokenMeter string, succeeded bool, tokens, deviceMS int64) []Reading {
+	switch {
+	case p == A && deviceMS > 0:
+		return []Reading{{MeterDeviceMS, deviceMS}}
+	case p == B && succeeded && tokens > 0 && tokenMeter != "":
+		return []Reading{{tokenMeter, tokens}}
 	}
-	if deviceMS > 0 {
-		rs = append(rs, Reading{MeterDeviceMS, deviceMS})
-	}
-	return rs
+	return nil
 }
 
-// SettlesAtRelease reports whether provider p's meter is billed only when
-// the run's trainer is released: provider_a bills its dedicated trainers'
-// device time per lease, so those components stay pending until the run
-// ends; tokens, and all of provider_b's usage, settle when observed.
-func SettlesAtRelease(p, meter string) bool {
-	return p == A && meter == MeterDeviceMS
-}
+// SettlesLater reports whether provider p's usage is observed at once and
+// settled later, when the provider has billed it (the settlement pass,
+// actors/usage): provider_a's device time is invoiced by the provider;
+// provider_b's tokens settle when observed.
+func SettlesLater(p string) bool { return p == A }

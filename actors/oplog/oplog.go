@@ -179,8 +179,14 @@ func (o *Owner) memo(seq int64) *persistence.Memo[persistence.Operation] {
 func (o *Owner) PutOp(tx persistence.Tx, op *persistence.Operation) error {
 	key := persistence.SeqKey(o.ID, op.SeqID)
 	if states.Terminal(states.OpMoves, op.Status) {
+		ending := !op.Charged // the write that ends it, not a later one
 		if err := ledger.Charge(tx, op, o.N.Now()); err != nil {
 			return err
+		}
+		if ending {
+			if err := usage.MarkDue(tx, o.ID, op, o.N.SettleAfter); err != nil {
+				return err
+			}
 		}
 		if m := o.ops[op.SeqID]; m != nil {
 			o.opBytes -= int64(m.Size())
@@ -307,13 +313,13 @@ func StartReport(in grain.In, epoch uint64, executing int64) (*executor.Started,
 }
 
 // EndWith ends op as report d says, with its result and its usage at
-// prices p; trainer: it ran on the run's trainer (see usage.Record).
-func EndWith(op *persistence.Operation, d *executor.Done, p *usage.Prices, now time.Time, trainer bool) error {
+// prices p.
+func EndWith(op *persistence.Operation, d *executor.Done, p *usage.Prices, now time.Time) error {
 	if err := Settle(op, d.Status, d.Code, d.Message, now); err != nil {
 		return err
 	}
 	op.Result = d.Result
-	usage.Record(op, d, p, now, trainer)
+	usage.Record(op, d, p, now)
 	return nil
 }
 

@@ -44,6 +44,9 @@ type Node struct {
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory.
 	SamplerIdle time.Duration
+	// SettleAfter is how long after it is observed a pending usage
+	// component is settled (actors/usage, Settler).
+	SettleAfter time.Duration
 }
 
 // Now is the node's time, in UTC.

@@ -21,7 +21,6 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
-	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
 )
@@ -133,11 +132,6 @@ func (g *Grain) activate() error {
 		if err != nil {
 			return err
 		}
-		if states.Terminal(states.RunMoves, r.Status) {
-			if err := usage.Settle(tx, r.ID, r.SessionID, now); err != nil {
-				return err
-			}
-		}
 		r.UpdatedAt = now
 		if err := tx.Put(persistence.Runs, []byte(r.ID), r); err != nil {
 			return err
@@ -176,9 +170,6 @@ func (g *Grain) write(fn func(tx persistence.Tx, r *persistence.Run) error) erro
 			return 0, err
 		}
 		if states.Terminal(states.RunMoves, r.Status) && !states.Terminal(states.RunMoves, g.run.Status) {
-			if err := usage.Settle(tx, r.ID, r.SessionID, g.N.Now()); err != nil {
-				return 0, err
-			}
 			if err := ended(tx, &r); err != nil {
 				return 0, err
 			}
@@ -592,7 +583,7 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 			return err
 		}
 		now := g.N.Now()
-		if err := oplog.EndWith(op, d, prices, now, op.Kind != payload.Sample); err != nil { // a run-scoped sample ran on the sampler
+		if err := oplog.EndWith(op, d, prices, now); err != nil {
 			return err
 		}
 		if d.SnapshotSeq > 0 {

@@ -465,7 +465,7 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 			return err
 		}
 		now := g.N.Now()
-		if err := oplog.EndWith(op, d, prices, now, false); err != nil {
+		if err := oplog.EndWith(op, d, prices, now); err != nil {
 			return err
 		}
 		r.LastActivityAt = now

@@ -15,6 +15,7 @@ import (
 	"github.com/wts-project/wts/actors/nodetest"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
+	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -22,7 +23,7 @@ import (
 // a heartbeat or an accepted operation pushes the lease back first.
 func TestLeaseExpiry(t *testing.T) {
 	var offset atomic.Int64 // how far the test has moved the clock
-	s, _ := nodetest.StartClocked(t, &offset)
+	s, clock := nodetest.StartClocked(t, &offset)
 	defer s.Stop(context.Background())
 	ss, run := nodetest.NewRun(t, s)
 	ttl := time.Duration(ss.IdleTTLSeconds) * time.Second
@@ -78,9 +79,13 @@ func TestLeaseExpiry(t *testing.T) {
 	if _, err := s.Heartbeat(nodetest.Tenant, ss.ID); !errors.As(err, &e) {
 		t.Errorf("heartbeat of a timed-out session: %v", err)
 	}
-	// The run ended, so provider_a's device time is billed: nothing pending.
+	// provider_a's device time settles by the settlement pass, its delay
+	// (10 minutes) long past on the test's clock.
+	if n, err := usage.SettleDue(s.Store(), clock()); n != 1 || err != nil {
+		t.Fatalf("settled %d operations: %v", n, err)
+	}
 	c, err := s.Cost(nodetest.Tenant, ss.ID)
-	if err != nil || c.SettlementStatus != "settled" || c.TotalMicroUSD != c.EstimatedMaxMicroUSD || len(c.Components) != 2 {
+	if err != nil || c.SettlementStatus != "settled" || c.TotalMicroUSD != c.EstimatedMaxMicroUSD || len(c.Components) != 1 {
 		t.Errorf("cost after the run timed out: %+v %v", c, err)
 	}
 }

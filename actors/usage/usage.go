@@ -49,14 +49,14 @@ func session(st persistence.Store, t persistence.Tenant, id string) (*persistenc
 	return protocol.Owned(st, "session", id, t, persistence.GetSession, func(s *persistence.Session) persistence.Tenant { return s.Tenant })
 }
 
-// Record sets the usage components of an executed operation. trainer
-// says it ran on the run's trainer, whose device time provider_a bills at
-// the trainer's release; a sampler's settles when observed.
-func Record(op *persistence.Operation, d *executor.Done, p *Prices, now time.Time, trainer bool) {
+// Record sets the usage components of an executed operation, as its
+// session's provider bills it: provider_a's pending until the settlement
+// pass settles them (Settler), provider_b's settled when observed.
+func Record(op *persistence.Operation, d *executor.Done, p *Prices, now time.Time) {
 	op.Usage = nil
-	for _, rd := range providers.Meter(executor.KindOf(op.Kind).Meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
+	for _, rd := range providers.Meter(p.Provider, executor.KindOf(op.Kind).Meter, d.Status == states.OpSucceeded, d.Tokens, int64(d.DurationMS+0.999)) {
 		status, settledAt := providers.Settled, &now
-		if trainer && providers.SettlesAtRelease(p.Provider, rd.Meter) {
+		if providers.SettlesLater(p.Provider) {
 			status, settledAt = providers.Pending, nil
 		}
 		u := persistence.Usage{
@@ -87,39 +87,6 @@ func capAtHold(op *persistence.Operation) {
 			total -= cut
 		}
 	}
-}
-
-// Settle settles a run's pending components, in the write that ends the
-// run: its trainer is released and the provider has billed it. Their cost
-// moves from its session's pending spend to its settled spend.
-func Settle(tx persistence.Tx, runID, sessionID string, now time.Time) error {
-	var settled []*persistence.Operation
-	var amount int64
-	err := persistence.ScanOps(tx, runID, 0, func(op *persistence.Operation) error {
-		pending := false
-		for i := range op.Usage {
-			if u := &op.Usage[i]; u.SettlementStatus == providers.Pending {
-				if err := states.Move(states.SettlementMoves, &u.SettlementStatus, providers.Settled); err != nil {
-					return err
-				}
-				u.SettledAt, pending = &now, true
-				amount += u.CostMicroUSD
-			}
-		}
-		if pending {
-			settled = append(settled, op)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, op := range settled {
-		if err := tx.Put(persistence.Ops, persistence.SeqKey(runID, op.SeqID), op); err != nil {
-			return err
-		}
-	}
-	return ledger.SettlePending(tx, sessionID, amount, now)
 }
 
 // List lists a session's usage components in operation order.

@@ -11,12 +11,14 @@ import (
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
+	"github.com/wts-project/wts/providers/ledger"
 )
 
-// provider_a's device time on a run's trainer stays pending until the run
-// ends and Settle settles it; its tokens, and a sampler's device time,
-// settle when observed. A session's cost is "cost_pending" until then.
-func TestPendingUntilTheRunEnds(t *testing.T) {
+// provider_a bills device time, pending until the settlement pass settles
+// it (after the delay, not before, and each operation once); provider_b
+// bills tokens, settled when observed. A session's cost is "cost_pending"
+// until nothing is pending, and the settled amount moves in its budget.
+func TestSettlement(t *testing.T) {
 	st, err := persistence.Open(filepath.Join(t.TempDir(), "wts.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -25,57 +27,80 @@ func TestPendingUntilTheRunEnds(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tenant := persistence.Tenant{Org: "acme"}
 	ss := persistence.Session{ID: "wts_1", Tenant: tenant, Provider: providers.A, RunID: "wtr_1", Status: states.SessionReady}
-	prices := &Prices{providers.A, providers.PriceList(providers.A)}
+	a := &Prices{providers.A, providers.PriceList(providers.A)}
+	b := &Prices{providers.B, providers.PriceList(providers.B)}
 	done := &executor.Done{Status: states.OpSucceeded, Tokens: 1000, DurationMS: 1500.2}
-	trained := persistence.Operation{ID: "wto_1", RunID: "wtr_1", SeqID: 1, Kind: payload.ForwardBackward}
-	Record(&trained, done, prices, now, true)
-	sampled := persistence.Operation{ID: "wto_2", RunID: "wtr_1", SeqID: 1, Kind: payload.Sample}
-	Record(&sampled, done, prices, now, false)
-	if len(trained.Usage) != 2 || len(sampled.Usage) != 2 {
-		t.Fatalf("components: %+v / %+v", trained.Usage, sampled.Usage)
-	}
-	for _, u := range trained.Usage {
-		want := providers.Settled
-		if u.Meter == providers.MeterDeviceMS {
-			want = providers.Pending
-			if u.Quantity != 1501 {
-				t.Errorf("device time %d ms, want 1501 (rounded up)", u.Quantity)
-			}
-		}
-		if u.SettlementStatus != want || u.CostMicroUSD != prices.Billing.Cost(u.Meter, u.Quantity) {
-			t.Errorf("trainer's %s: %s at %d", u.Meter, u.SettlementStatus, u.CostMicroUSD)
+	trained := persistence.Operation{ID: "wto_1", SessionID: ss.ID, RunID: "wtr_1", SeqID: 1, Kind: payload.ForwardBackward}
+	Record(&trained, done, a, now)
+	sampled := persistence.Operation{ID: "wto_2", SessionID: ss.ID, RunID: "wtr_1", SeqID: 1, Kind: payload.Sample}
+	Record(&sampled, done, a, now)
+	pooled := persistence.Operation{ID: "wto_3", Kind: payload.ForwardBackward}
+	Record(&pooled, done, b, now)
+	for _, op := range []*persistence.Operation{&trained, &sampled} {
+		if u := op.Usage; len(u) != 1 || u[0].Meter != providers.MeterDeviceMS || u[0].Quantity != 1501 || u[0].SettlementStatus != providers.Pending ||
+			u[0].CostMicroUSD != a.Billing.Cost(providers.MeterDeviceMS, 1501) || u[0].SettledAt != nil {
+			t.Fatalf("provider_a's %s: %+v", op.Kind, u)
 		}
 	}
-	for _, u := range sampled.Usage {
-		if u.SettlementStatus != providers.Settled {
-			t.Errorf("sampler's %s: %s", u.Meter, u.SettlementStatus)
-		}
+	if u := pooled.Usage; len(u) != 1 || u[0].Meter != providers.MeterTrainTokens || u[0].Quantity != 1000 || u[0].SettlementStatus != providers.Settled || u[0].CostMicroUSD != 1000 {
+		t.Fatalf("provider_b's: %+v", u)
 	}
+	ceiling := int64(1_000_000)
 	err = st.Update(func(tx persistence.Tx) error {
 		if err := tx.Put(persistence.Sessions, []byte(ss.ID), &ss); err != nil {
 			return err
 		}
-		if err := tx.Put(persistence.Ops, persistence.SeqKey("wtr_1", 1), &trained); err != nil {
+		if _, err := ledger.Open(tx, tenant, ss.ID, true, &ceiling, now); err != nil {
 			return err
 		}
-		return tx.Put(persistence.Ops, persistence.SeqKey("wtsm_1", 1), &sampled)
+		for _, w := range []struct {
+			owner string
+			op    *persistence.Operation
+		}{{"wtr_1", &trained}, {"wtsm_1", &sampled}} {
+			if err := ledger.Charge(tx, w.op, now); err != nil {
+				return err
+			}
+			if err := tx.Put(persistence.Ops, persistence.SeqKey(w.owner, 1), w.op); err != nil {
+				return err
+			}
+			if err := MarkDue(tx, w.owner, w.op, time.Minute); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := CostOf(st, tenant, ss.ID)
-	if err != nil || c.TotalMicroUSD != CostPending || c.SettlementStatus != providers.Pending || len(c.Components) != 4 {
-		t.Fatalf("cost while the run lives: %+v %v", c, err)
+	if err != nil || c.TotalMicroUSD != CostPending || c.SettlementStatus != providers.Pending || len(c.Components) != 2 {
+		t.Fatalf("cost before settlement: %+v %v", c, err)
 	}
 	if _, err := CostOf(st, persistence.Tenant{Org: "other"}, ss.ID); err == nil {
 		t.Fatal("another organization read the cost")
 	}
-	if err := st.Update(func(tx persistence.Tx) error { return Settle(tx, "wtr_1", ss.ID, now) }); err != nil {
-		t.Fatal(err)
+	if n, err := SettleDue(st, now.Add(time.Minute-time.Nanosecond)); n != 0 || err != nil {
+		t.Fatalf("settled %d before they were due: %v", n, err)
+	}
+	if n, err := SettleDue(st, now.Add(time.Minute)); n != 2 || err != nil {
+		t.Fatalf("settled %d of 2 when due: %v", n, err)
+	}
+	if n, err := SettleDue(st, now.Add(time.Hour)); n != 0 || err != nil {
+		t.Fatalf("settled %d again: %v", n, err)
 	}
 	c, err = CostOf(st, tenant, ss.ID)
-	if err != nil || c.TotalMicroUSD != c.EstimatedMaxMicroUSD || c.SettlementStatus != providers.Settled {
-		t.Fatalf("cost once the run ended: %+v %v", c, err)
+	if err != nil || c.TotalMicroUSD != c.EstimatedMaxMicroUSD || c.SettlementStatus != providers.Settled || c.TotalMicroUSD != 2*a.Billing.Cost(providers.MeterDeviceMS, 1501) {
+		t.Fatalf("cost once settled: %+v %v", c, err)
+	}
+	err = st.View(func(tx persistence.Tx) error {
+		bg, err := ledger.BudgetOf(tx, ss.ID)
+		if err == nil && (bg.Pending != 0 || bg.Settled != c.TotalMicroUSD) {
+			t.Errorf("budget after settlement: %+v", *bg)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -62,6 +62,7 @@ func serveCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
 	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
+	settleAfter := fs.Duration("settle-after", 10*time.Minute, "how long after it is observed provider_a's usage settles, as the provider's invoice would settle it (docs/billing.md)")
 	grainIdle := fs.Duration("grain-idle", 10*time.Minute, "how long an idle session, run or sampler grain stays in memory before it passivates (it comes back from the store on its next message)")
 	signingKey := fs.String("signing-key", "", "file of the 32-byte key that signs download links (default: DATA/secrets/signing.key, made on first start)")
 	credentialsKey := credentialsKeyFlag(fs)
@@ -131,7 +132,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, GrainIdle: *grainIdle,
+	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, SettleAfter: *settleAfter, GrainIdle: *grainIdle,
 		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine}
 	own := *data // the node's own files: the admin socket (and in a cluster its store voter)
