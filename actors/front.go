@@ -101,9 +101,10 @@ func (s *System) GetExport(t persistence.Tenant, id string) (*protocol.ExportRep
 	return s.exports.Get(t, id)
 }
 
-// AddCredential seals and stores a secret of tenant t (the admin path).
-func (s *System) AddCredential(t persistence.Tenant, kind, name string, secret []byte) (*persistence.Credential, error) {
-	return s.exports.AddCredential(t, kind, name, secret)
+// AddCredential seals and stores a secret of tenant t (the admin path): a
+// hub token, or a key to provider (kind protocol.CredentialProvider).
+func (s *System) AddCredential(t persistence.Tenant, kind, provider, name string, secret []byte) (*persistence.Credential, error) {
+	return s.exports.AddCredential(t, kind, provider, name, secret)
 }
 
 // Downloadable lists the files of tenant t's artifact in format, to sign

@@ -36,12 +36,14 @@ type KeyReply struct {
 	Key string `json:"key"`
 }
 
-// CredentialRequest registers a customer's secret (a hub token).
+// CredentialRequest registers a customer's secret: a hub token, or with
+// Provider a key to that provider (byok funding).
 type CredentialRequest struct {
-	Org    string `json:"org"`
-	Live   bool   `json:"live"`
-	Name   string `json:"name"`
-	Secret string `json:"secret"`
+	Org      string `json:"org"`
+	Live     bool   `json:"live"`
+	Provider string `json:"provider,omitempty"`
+	Name     string `json:"name"`
+	Secret   string `json:"secret"`
 }
 
 // CredentialReply names the registered credential; the secret never comes
@@ -51,13 +53,16 @@ type CredentialReply struct {
 }
 
 // OrgRequest changes or reads an organization's ledger (one key mode's):
-// Credit grants MicroUSD; Set sets DefaultCeiling (null: none).
+// credit grants MicroUSD; set sets what it is given of the default ceiling
+// (NoDefaultCeiling: none) and the default byok credential ("": none).
 type OrgRequest struct {
-	Org            string `json:"org"`
-	Live           bool   `json:"live"`
-	MicroUSD       int64  `json:"microusd,omitempty"`
-	Note           string `json:"note,omitempty"`
-	DefaultCeiling *int64 `json:"default_ceiling,omitempty"`
+	Org              string  `json:"org"`
+	Live             bool    `json:"live"`
+	MicroUSD         int64   `json:"microusd,omitempty"`
+	Note             string  `json:"note,omitempty"`
+	DefaultCeiling   *int64  `json:"default_ceiling,omitempty"`
+	NoDefaultCeiling bool    `json:"no_default_ceiling,omitempty"`
+	ByokCredential   *string `json:"byok_credential,omitempty"`
 }
 
 // OrgReply is the organization's ledger after the change, with its last
@@ -119,10 +124,18 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 		case path == "/admin/credentials":
 			var req CredentialRequest
 			if err := json.Unmarshal(ctx.PostBody(), &req); err != nil || req.Org == "" || req.Secret == "" {
-				fail(ctx, protocol.CodeValidation, `want {"org": NAME, "live": BOOL, "name": LABEL, "secret": TOKEN}`)
+				fail(ctx, protocol.CodeValidation, `want {"org": NAME, "live": BOOL, "provider": PROVIDER, "name": LABEL, "secret": TOKEN}`)
 				return
 			}
-			c, err := sys.AddCredential(persistence.Tenant{Org: req.Org, Live: req.Live}, protocol.CredentialHub, req.Name, []byte(req.Secret))
+			kind := protocol.CredentialHub
+			if req.Provider != "" {
+				if sys.Registry().Row(req.Provider) == nil {
+					fail(ctx, protocol.CodeValidation, "provider: must be provider_a or provider_b")
+					return
+				}
+				kind = protocol.CredentialProvider
+			}
+			c, err := sys.AddCredential(persistence.Tenant{Org: req.Org, Live: req.Live}, kind, req.Provider, req.Name, []byte(req.Secret))
 			if err != nil {
 				failErr(ctx, err)
 				return
@@ -141,12 +154,25 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 // stopped node.
 func OrgLedger(st persistence.Store, op string, req OrgRequest, now time.Time) (*OrgReply, error) {
 	t := persistence.Tenant{Org: req.Org, Live: req.Live}
+	if id := req.ByokCredential; id != nil && *id != "" {
+		if c, err := persistence.CredentialOf(st, t, *id, protocol.CredentialProvider); err != nil || c == nil {
+			if err == nil {
+				err = &protocol.Error{Code: protocol.CodeCredentialNotFound, Message: fmt.Sprintf("the organization has no provider key %s", *id)}
+			}
+			return nil, err
+		}
+	}
 	err := st.Update(func(tx persistence.Tx) (err error) {
 		switch op {
 		case "credit":
 			_, err = ledger.Credit(tx, t, req.MicroUSD, req.Note, now)
 		case "set":
-			_, err = ledger.SetDefault(tx, t, req.DefaultCeiling)
+			if req.NoDefaultCeiling || req.DefaultCeiling != nil {
+				_, err = ledger.SetDefault(tx, t, req.DefaultCeiling)
+			}
+			if err == nil && req.ByokCredential != nil {
+				_, err = ledger.SetByokCredential(tx, t, *req.ByokCredential)
+			}
 		case "show":
 		default:
 			err = fmt.Errorf("unknown organization command %q", op)

@@ -164,3 +164,70 @@ func TestMoney(t *testing.T) {
 		t.Fatalf("a page of the ledger: %s", p.Raw)
 	}
 }
+
+// TestByok funds sessions with the customer's own provider key: it picks
+// the session's provider, the session may keep a null ceiling, trains and
+// reports its cost, and the organization's ledger is untouched; the
+// organization's default key funds sessions that name none.
+func TestByok(t *testing.T) {
+	n := newNode(t)
+	out, err := exec.Command(binary, "keys", "create", "--org", "byo", "--data", n.data).Output()
+	if err != nil {
+		t.Fatalf("keys create: %v", err)
+	}
+	key := strings.TrimSpace(string(out))
+	register := func(args ...string) string {
+		cmd := exec.Command(binary, append([]string{"credentials", "add", "--org", "byo", "--data", n.data}, args...)...)
+		cmd.Stdin = strings.NewReader("sk-customer-secret\n")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("credentials add %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	pkey, hub := register("--provider", "provider_b", "--name", "our b account"), register("--name", "hub")
+	sessions := "/v1/training/sessions"
+	n.want(n.do("POST", sessions, key, map[string]any{"request_id": "x", "credential_id": hub}), 404, "credential_not_found")
+	n.want(n.do("POST", sessions, key, map[string]any{"request_id": "x", "credential_id": pkey, "provider": "provider_a"}), 422, "validation_error")
+	n.want(n.do("POST", sessions, key, map[string]any{"request_id": "x", "credential_id": pkey, "funding_preference": "platform"}), 422, "validation_error")
+
+	s := n.do("POST", sessions, key, map[string]any{"request_id": "b1", "credential_id": pkey})
+	n.want(s, 201, "")
+	if s.str("funding_source") != "byok" || s.str("provider") != "provider_b" || s.Body["max_cost_microusd"] != nil {
+		t.Fatalf("a byok session: %s", s.Raw)
+	}
+	if strings.Contains(string(s.Raw), "sk-customer-secret") {
+		t.Fatal("the key's secret came back")
+	}
+	run := n.do("POST", sessions+"/"+s.str("id")+"/runs", key, map[string]any{
+		"request_id": "r", "base_model": "tiny", "model_revision": "provider-managed", "lora": map[string]any{"rank": 4, "seed": 3}})
+	n.want(run, 201, "")
+	acc := n.do("POST", "/v1/training/runs/"+run.str("id")+"/operations", key, op(1, "k1", "forward_backward", batch(1, 11, 1)))
+	n.want(acc, 202, "")
+	n.poll(key, acc.str("id"))
+	if c := n.do("GET", sessions+"/"+s.str("id")+"/cost", key, nil); c.num("total_microusd") != 11 || c.str("settlement_status") != "settled" {
+		t.Fatalf("a byok session's cost: %s", c.Raw)
+	}
+	l := n.do("GET", "/v1/organization/ledger", key, nil)
+	if l.num("reserved_microusd") != 0 || l.num("settled_spend_microusd") != 0 || len(l.Body["entries"].([]any)) != 0 {
+		t.Fatalf("a byok session drew on the ledger: %s", l.Raw)
+	}
+
+	// The organization's default key funds sessions that ask for auto.
+	if out, err := exec.Command(binary, "orgs", "set", "--org", "byo", "--byok-credential", pkey, "--data", n.data).CombinedOutput(); err != nil {
+		t.Fatalf("orgs set: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "orgs", "set", "--org", "byo", "--byok-credential", hub, "--data", n.data).CombinedOutput(); err == nil {
+		t.Fatalf("a hub token set as the default provider key: %s", out)
+	}
+	if s := n.do("POST", sessions, key, map[string]any{"request_id": "b2"}); s.str("funding_source") != "byok" || s.str("provider") != "provider_b" {
+		t.Fatalf("a session funded by the default key: %s", s.Raw)
+	}
+	p := n.do("POST", sessions, key, map[string]any{"request_id": "p1", "funding_preference": "platform"})
+	if p.str("funding_source") != "platform" || p.num("max_cost_microusd") != 100_000_000 {
+		t.Fatalf("a platform session beside the default key: %s", p.Raw)
+	}
+	if l := n.do("GET", "/v1/organization/ledger", key, nil); l.str("byok_credential_id") != pkey || l.num("reserved_microusd") != 100_000_000 {
+		t.Fatalf("the ledger: %s", l.Raw)
+	}
+}

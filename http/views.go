@@ -254,6 +254,7 @@ type ledgerView struct {
 	CreditFloor    int64       `json:"credit_floor_microusd"`
 	Headroom       int64       `json:"headroom_microusd"`
 	DefaultCeiling *int64      `json:"default_ceiling_microusd"`
+	ByokCredential *string     `json:"byok_credential_id"` // funds sessions by default
 	Entries        []entryView `json:"entries"`
 	NextAfterSeq   int64       `json:"next_after_seq"`
 }
@@ -275,7 +276,7 @@ func ledgerOf(t persistence.Tenant, st *ledger.Statement) *ledgerView {
 	}
 	v := &ledgerView{Organization: t.Org, Mode: mode, Balance: a.Balance(), Granted: a.Granted, SettledSpend: a.Settled,
 		PendingSpend: a.Pending, Reserved: a.Reserved, CreditFloor: ledger.Floor, Headroom: a.Headroom(),
-		DefaultCeiling: a.DefaultCeiling, Entries: make([]entryView, len(st.Entries)), NextAfterSeq: st.NextAfterSeq}
+		DefaultCeiling: a.DefaultCeiling, ByokCredential: orNull(a.ByokCredential), Entries: make([]entryView, len(st.Entries)), NextAfterSeq: st.NextAfterSeq}
 	for i, e := range st.Entries {
 		v.Entries[i] = entryView{Seq: e.Seq, Kind: e.Kind, Amount: e.Amount, SessionID: orNull(e.SessionID), Note: orNull(e.Note), At: e.At}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Credential is a customer's secret for an outside service (a model hub
-// token), sealed with AES-256-GCM under the node's credentials key. The
+// token, or a provider key for byok funding), sealed with AES-256-GCM under the node's credentials key. The
 // sealed bytes are bound to the record's id and owner, so a ciphertext moved
 // to another record does not open. The secret is never returned by the API
 // nor logged.
@@ -19,6 +19,7 @@ type Credential struct {
 	ID        string    `msgpack:"id" json:"id"`
 	Tenant    Tenant    `msgpack:"tenant" json:"-"`
 	Kind      string    `msgpack:"kind" json:"kind"`
+	Provider  string    `msgpack:"provider,omitempty" json:"provider,omitempty"` // a provider key's provider
 	Name      string    `msgpack:"name" json:"name"`
 	Nonce     []byte    `msgpack:"nonce" json:"-"`
 	Sealed    []byte    `msgpack:"sealed" json:"-"`
@@ -45,11 +46,16 @@ func NewVault(key []byte) (*Vault, error) {
 }
 
 func additional(c *Credential) []byte {
-	return fmt.Appendf(nil, "%s\x00%s\x00%t\x00%s", c.ID, c.Tenant.Org, c.Tenant.Live, c.Kind)
+	b := fmt.Appendf(nil, "%s\x00%s\x00%t\x00%s", c.ID, c.Tenant.Org, c.Tenant.Live, c.Kind)
+	if c.Provider != "" { // bound too, for a provider key
+		b = fmt.Appendf(b, "\x00%s", c.Provider)
+	}
+	return b
 }
 
-// Seal makes a credential of tenant t holding secret.
-func (v *Vault) Seal(t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
+// Seal makes a credential of tenant t holding secret (provider: a provider
+// key's provider, else "").
+func (v *Vault) Seal(t Tenant, kind, provider, name string, secret []byte, now time.Time) (*Credential, error) {
 	id := make([]byte, 16)
 	nonce := make([]byte, v.aead.NonceSize())
 	if _, err := rand.Read(id); err != nil {
@@ -58,7 +64,7 @@ func (v *Vault) Seal(t Tenant, kind, name string, secret []byte, now time.Time) 
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	c := &Credential{ID: CredentialPrefix + hex.EncodeToString(id), Tenant: t, Kind: kind, Name: name, Nonce: nonce, CreatedAt: now}
+	c := &Credential{ID: CredentialPrefix + hex.EncodeToString(id), Tenant: t, Kind: kind, Provider: provider, Name: name, Nonce: nonce, CreatedAt: now}
 	c.Sealed = v.aead.Seal(nil, nonce, secret, additional(c))
 	return c, nil
 }
@@ -76,12 +82,26 @@ func (v *Vault) Open(c *Credential) ([]byte, error) {
 }
 
 // AddCredential seals secret as a credential of tenant t and stores it.
-func AddCredential(st Store, v *Vault, t Tenant, kind, name string, secret []byte, now time.Time) (*Credential, error) {
-	c, err := v.Seal(t, kind, name, secret, now)
+func AddCredential(st Store, v *Vault, t Tenant, kind, provider, name string, secret []byte, now time.Time) (*Credential, error) {
+	c, err := v.Seal(t, kind, provider, name, secret, now)
 	if err != nil {
 		return nil, err
 	}
 	return c, st.Update(func(tx Tx) error { return tx.Put(Credentials, []byte(c.ID), c) })
+}
+
+// CredentialOf reads tenant t's credential id of kind, nil if it has none
+// (another tenant's, or one of another kind, is none).
+func CredentialOf(st Store, t Tenant, id, kind string) (*Credential, error) {
+	c := new(Credential)
+	var ok bool
+	if err := st.View(func(tx Tx) (err error) {
+		ok, err = tx.Get(Credentials, []byte(id), c)
+		return err
+	}); err != nil || !ok || c.Tenant != t || c.Kind != kind {
+		return nil, err
+	}
+	return c, nil
 }
 
 // OpenVault is the vault under the key in the file at path.

@@ -29,7 +29,8 @@ func TestSecret(t *testing.T) {
 	}
 }
 
-// TestVault seals a token that opens only in its own record.
+// TestVault seals a hub token and a provider key, each of which opens
+// only in its own record.
 func TestVault(t *testing.T) {
 	key, _ := Secret(SecretPath(t.TempDir(), "c"))
 	v, err := NewVault(key)
@@ -37,30 +38,33 @@ func TestVault(t *testing.T) {
 		t.Fatal(err)
 	}
 	acme := Tenant{Org: "acme"}
-	c, err := v.Seal(acme, "hub_token", "hub", []byte("hf_secret"), time.Now())
-	if err != nil || bytes.Contains(c.Sealed, []byte("hf_secret")) {
-		t.Fatalf("sealed %q, %v", c.Sealed, err)
-	}
-	if got, err := v.Open(c); err != nil || string(got) != "hf_secret" {
-		t.Fatalf("open: %q %v", got, err)
-	}
-	for name, edit := range map[string]func(*Credential){
-		"another owner":  func(c *Credential) { c.Tenant = Tenant{Org: "other"} },
-		"live keys":      func(c *Credential) { c.Tenant.Live = true },
-		"another id":     func(c *Credential) { c.ID = CredentialPrefix + "0" },
-		"a flipped byte": func(c *Credential) { c.Sealed[0] ^= 1 },
-		"another kind":   func(c *Credential) { c.Kind = "other" },
-	} {
-		d := *c
-		d.Sealed = append([]byte(nil), c.Sealed...)
-		edit(&d)
-		if _, err := v.Open(&d); !errors.Is(err, ErrUnsealable) {
-			t.Errorf("%s: %v", name, err)
+	for _, provider := range []string{"", "provider_b"} {
+		c, err := v.Seal(acme, "hub_token", provider, "hub", []byte("hf_secret"), time.Now())
+		if err != nil || bytes.Contains(c.Sealed, []byte("hf_secret")) {
+			t.Fatalf("sealed %q, %v", c.Sealed, err)
 		}
-	}
-	other, _ := NewVault(bytes.Repeat([]byte{7}, 32))
-	if _, err := other.Open(c); !errors.Is(err, ErrUnsealable) {
-		t.Error("another node's key opened it")
+		if got, err := v.Open(c); err != nil || string(got) != "hf_secret" {
+			t.Fatalf("open: %q %v", got, err)
+		}
+		for name, edit := range map[string]func(*Credential){
+			"another owner":    func(c *Credential) { c.Tenant = Tenant{Org: "other"} },
+			"live keys":        func(c *Credential) { c.Tenant.Live = true },
+			"another id":       func(c *Credential) { c.ID = CredentialPrefix + "0" },
+			"a flipped byte":   func(c *Credential) { c.Sealed[0] ^= 1 },
+			"another kind":     func(c *Credential) { c.Kind = "other" },
+			"another provider": func(c *Credential) { c.Provider = "provider_a" },
+		} {
+			d := *c
+			d.Sealed = append([]byte(nil), c.Sealed...)
+			edit(&d)
+			if _, err := v.Open(&d); !errors.Is(err, ErrUnsealable) {
+				t.Errorf("%q %s: %v", provider, name, err)
+			}
+		}
+		other, _ := NewVault(bytes.Repeat([]byte{7}, 32))
+		if _, err := other.Open(c); !errors.Is(err, ErrUnsealable) {
+			t.Error("another node's key opened it")
+		}
 	}
 }
 

@@ -56,12 +56,8 @@ const DefaultProfile = "cpu-default"
 // after this long without a heartbeat.
 const TrainerLifetime = 4 * time.Hour
 
-// Routing errors.
-var (
-	ErrUnavailable        = errors.New("provider is not available")
-	ErrCredentialRequired = errors.New("byok funding needs a credential_id")
-	ErrCredentialUnknown  = errors.New("credential not found")
-)
+// ErrUnavailable refuses a provider this node does not offer.
+var ErrUnavailable = errors.New("provider is not available")
 
 // Registry is the providers this node offers and their capability rows.
 type Registry struct {
@@ -114,20 +110,6 @@ func (r *Registry) Route(provider string, preferences []string) (string, error) 
 		}
 	}
 	return "", ErrUnavailable
-}
-
-// Funding resolves a funding preference. A byok session must name a
-// credential; no credential store exists yet, so every reference is unknown.
-func Funding(preference, credentialID string) (string, error) {
-	switch {
-	case preference == "byok" || (preference == "auto" || preference == "") && credentialID != "":
-		if credentialID == "" {
-			return "", ErrCredentialRequired
-		}
-		return "", fmt.Errorf("%w: %s", ErrCredentialUnknown, credentialID)
-	default:
-		return "platform", nil
-	}
 }
 
 // LeaseLimit caps the idle lease of provider p's sessions (0: no cap).

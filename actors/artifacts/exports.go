@@ -128,24 +128,18 @@ func (s *Exports) export(id string) (*persistence.Export, error) {
 
 // credential reads tenant t's credential of kind.
 func (s *Exports) credential(t persistence.Tenant, id, kind string) (*persistence.Credential, error) {
-	c := new(persistence.Credential)
-	var ok bool
-	err := s.N.Store.View(func(tx persistence.Tx) (err error) {
-		ok, err = tx.Get(persistence.Credentials, []byte(id), c)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	c, err := persistence.CredentialOf(s.N.Store, t, id, kind)
+	if err == nil && c == nil {
+		err = protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found (hub tokens are registered with `wts credentials add`)", id)
 	}
-	if !ok || c.Tenant != t || c.Kind != kind {
-		return nil, protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found (hub tokens are registered with `wts credentials add`)", id)
-	}
-	return c, nil
+	return c, err
 }
 
-// AddCredential seals and stores a secret of tenant t (the admin path).
-func (s *Exports) AddCredential(t persistence.Tenant, kind, name string, secret []byte) (*persistence.Credential, error) {
-	return persistence.AddCredential(s.N.Store, s.Vault, t, kind, name, secret, s.N.Now())
+// AddCredential seals and stores a secret of tenant t (the admin path):
+// a hub token, or a provider key (kind protocol.CredentialProvider) of
+// provider.
+func (s *Exports) AddCredential(t persistence.Tenant, kind, provider, name string, secret []byte) (*persistence.Credential, error) {
+	return persistence.AddCredential(s.N.Store, s.Vault, t, kind, provider, name, secret, s.N.Now())
 }
 
 // Run publishes exports one at a time, oldest first, until stop closes. It

@@ -51,7 +51,7 @@ func TestExportsClaimed(t *testing.T) {
 	if err := json.Unmarshal(op.Result, &out); err != nil || op.Status != states.OpSucceeded {
 		t.Fatalf("export_lora: %s %s %v", op.Status, op.Result, err)
 	}
-	cred, err := s.AddCredential(nodetest.Tenant, protocol.CredentialHub, "hub", []byte(token))
+	cred, err := s.AddCredential(nodetest.Tenant, protocol.CredentialHub, "", "hub", []byte(token))
 	if err != nil {
 		t.Fatal(err)
 	}

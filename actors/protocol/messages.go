@@ -125,9 +125,12 @@ type ExportReply struct {
 
 // What exports and downloads name.
 const (
-	CredentialHub  = "hub_token" // the kind of credential a hub export uses
-	DestinationHub = "model_hub"
-	ExportModeLoRA = "lora"
-	FormatPEFT     = "peft"   // an artifact's own files
-	FormatMerged   = "merged" // the base model with the adapter folded in, an HF model folder
+	CredentialHub = "hub_token" // the kind of credential a hub export uses
+	// CredentialProvider is the kind of a customer's key to a provider,
+	// which funds its byok sessions.
+	CredentialProvider = "provider_key"
+	DestinationHub     = "model_hub"
+	ExportModeLoRA     = "lora"
+	FormatPEFT         = "peft"   // an artifact's own files
+	FormatMerged       = "merged" // the base model with the adapter folded in, an HF model folder
 )

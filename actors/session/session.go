@@ -39,17 +39,8 @@ func reminder(id string) string { return protocol.ReminderKey(protocol.SessionKi
 // one transaction, so two racing requests get one session, and two
 // sessions never reserve the same headroom.
 func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, created bool, err error) {
-	provider, err := n.Registry.Route(req.Provider, req.Preferences)
+	provider, funding, credentialID, err := fund(n, req)
 	if err != nil {
-		return nil, false, protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
-	}
-	funding, err := providers.Funding(req.Funding, req.CredentialID)
-	switch {
-	case errors.Is(err, providers.ErrCredentialRequired):
-		return nil, false, protocol.Refuse(protocol.CodeValidation, "credential_id: is required for byok funding")
-	case errors.Is(err, providers.ErrCredentialUnknown):
-		return nil, false, protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found", req.CredentialID)
-	case err != nil:
 		return nil, false, err
 	}
 	capability, err := json.Marshal(n.Registry.Row(provider))
@@ -60,7 +51,7 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 	l := lease.Grant(now, lease.TTL(req.IdleTTLSeconds, providers.LeaseLimit(provider)))
 	fresh := &persistence.Session{
 		ID: protocol.NewID(protocol.SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
-		Status: states.SessionReady, Provider: provider, FundingSource: funding, CredentialID: req.CredentialID,
+		Status: states.SessionReady, Provider: provider, FundingSource: funding, CredentialID: credentialID,
 		Capability: capability, CapabilitySnapshot: capability,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
@@ -72,7 +63,7 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 			}
 			// The ceiling: reserved on the organization's ledger when the
 			// platform funds the session.
-			ceiling, err := ledger.Open(tx, req.Tenant, fresh.ID, funding == "platform", req.MaxCostMicroUSD, now)
+			ceiling, err := ledger.Open(tx, req.Tenant, fresh.ID, funding == FundingPlatform, req.MaxCostMicroUSD, now)
 			fresh.MaxCostMicroUSD = ceiling
 			return err
 		})
@@ -99,6 +90,60 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		n.Reminders.At(reminder(sess.ID), l.ExpiresAt)
 	}
 	return sess, created, nil
+}
+
+// Funding sources.
+const (
+	FundingPlatform = "platform" // the service's ledger: the session reserves its ceiling there
+	FundingByok     = "byok"     // the customer's own key to the provider
+)
+
+// fund resolves a new session's funding, its credential and its provider.
+// A byok session is funded by a provider key of the tenant's (the one it
+// names, else the organization's default, `wts orgs set
+// --byok-credential`), which also picks its provider: a key works only
+// for its own. Funding auto is byok when a credential is named or the
+// organization has a default one, else platform; platform names none.
+func fund(n *protocol.Node, req protocol.NewSession) (provider, funding, credentialID string, err error) {
+	credentialID = req.CredentialID
+	if req.Funding == FundingPlatform && credentialID != "" {
+		return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: names a key for byok funding, and funding_preference is platform")
+	}
+	if req.Funding != FundingPlatform && credentialID == "" {
+		if err := n.Store.View(func(tx persistence.Tx) error {
+			a, err := ledger.Get(tx, req.Tenant)
+			if err == nil {
+				credentialID = a.ByokCredential
+			}
+			return err
+		}); err != nil {
+			return "", "", "", err
+		}
+	}
+	if credentialID == "" {
+		if req.Funding == FundingByok {
+			return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: is required for byok funding (the organization has no default provider key)")
+		}
+		provider, err = n.Registry.Route(req.Provider, req.Preferences)
+		if err != nil {
+			return "", "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
+		}
+		return provider, FundingPlatform, "", nil
+	}
+	c, err := persistence.CredentialOf(n.Store, req.Tenant, credentialID, protocol.CredentialProvider)
+	if err != nil {
+		return "", "", "", err
+	}
+	if c == nil {
+		return "", "", "", protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found: byok funding needs a provider key, registered with `wts credentials add --provider`", credentialID)
+	}
+	if req.Provider != "" && req.Provider != "auto" && req.Provider != c.Provider {
+		return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: %s is a %s key, and the session asks for %s", c.ID, c.Provider, req.Provider)
+	}
+	if provider, err = n.Registry.Route(c.Provider, nil); err != nil {
+		return "", "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
+	}
+	return provider, FundingByok, c.ID, nil
 }
 
 // Grain serialises every change to one session and its lease. It

@@ -5,7 +5,7 @@
 //	wts sample --model DIR --prompt 1,2,3 [--max-tokens N --temperature T ...]
 //	wts serve [--data DIR --addr HOST:PORT --model NAME=DIR ...]
 //	wts keys create --org NAME [--live] [--data DIR]
-//	wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token
+//	wts credentials add --org NAME [--live] [--provider P] [--name LABEL] [--data DIR] < secret
 //	wts orgs credit|set|show --org NAME [--live] [--microusd N] [--default-ceiling N|none] [--data DIR]
 //	wts node [--data DIR]
 //	wts openapi

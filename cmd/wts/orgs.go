@@ -12,7 +12,7 @@ import (
 	"github.com/wts-project/wts/persistence"
 )
 
-const orgsUsage = "usage: wts orgs credit --org NAME [--live] --microusd N [--note TEXT] | set --org NAME [--live] --default-ceiling N|none | show --org NAME [--live]  [--data DIR]"
+const orgsUsage = "usage: wts orgs credit --org NAME [--live] --microusd N [--note TEXT] | set --org NAME [--live] [--default-ceiling N|none] [--byok-credential ID|none] | show --org NAME [--live]  [--data DIR]"
 
 // orgsCmd grants an organization credit, sets its default session
 // ceiling, or shows its ledger (docs/billing.md), through a running node's
@@ -28,6 +28,7 @@ func orgsCmd(args []string) error {
 	amount := fs.Int64("microusd", 0, "credit: the grant, in micro-USD (1 USD = 1000000)")
 	note := fs.String("note", "", "credit: a note kept with the grant")
 	ceiling := fs.String("default-ceiling", "", "set: the ceiling, in micro-USD, that a platform-funded session without max_cost_microusd reserves; none: up to 100 USD of the headroom")
+	byok := fs.String("byok-credential", "", "set: the provider key (wts credentials add --provider) that funds sessions asking for funding auto without a credential_id; none: the platform funds them")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
@@ -39,14 +40,28 @@ func orgsCmd(args []string) error {
 		return fmt.Errorf("orgs %s: --org is required", op)
 	case op == "credit" && *amount < 1:
 		return fmt.Errorf("orgs credit: --microusd must be at least 1")
-	case op == "set" && *ceiling == "":
-		return fmt.Errorf("orgs set: --default-ceiling is required (N micro-USD, or none)")
-	case op == "set" && *ceiling != "none":
-		n, err := strconv.ParseInt(*ceiling, 10, 64)
-		if err != nil || n < 1 {
-			return fmt.Errorf("orgs set: --default-ceiling must be a whole number of micro-USD >= 1, or none")
+	case op == "set" && *ceiling == "" && *byok == "":
+		return fmt.Errorf("orgs set: give --default-ceiling (N micro-USD, or none) or --byok-credential (ID, or none)")
+	}
+	if op == "set" {
+		switch *ceiling {
+		case "":
+		case "none":
+			req.NoDefaultCeiling = true
+		default:
+			n, err := strconv.ParseInt(*ceiling, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("orgs set: --default-ceiling must be a whole number of micro-USD >= 1, or none")
+			}
+			req.DefaultCeiling = &n
 		}
-		req.DefaultCeiling = &n
+		if *byok != "" {
+			id := *byok
+			if id == "none" {
+				id = ""
+			}
+			req.ByokCredential = &id
+		}
 	}
 	var reply httpapi.OrgReply
 	sock, err := adminCall(*data, *node, "/admin/orgs/"+op, req, &reply)

@@ -314,12 +314,13 @@ func keysCmd(args []string) error {
 
 func credentialsCmd(args []string) error {
 	if len(args) == 0 || args[0] != "add" {
-		return fmt.Errorf("usage: wts credentials add --org NAME [--live] [--name LABEL] [--data DIR] < token")
+		return fmt.Errorf("usage: wts credentials add --org NAME [--live] [--provider provider_a|provider_b] [--name LABEL] [--data DIR] < secret")
 	}
 	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
 	org := fs.String("org", "", "organization the credential belongs to")
 	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
 	name := fs.String("name", "", "a label to recognise it by")
+	provider := fs.String("provider", "", "a key to this provider, which funds the organization's byok sessions (default: a model hub token, for exports)")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
 	credentialsKey := credentialsKeyFlag(fs)
@@ -329,6 +330,14 @@ func credentialsCmd(args []string) error {
 	if *org == "" {
 		return fmt.Errorf("credentials add: --org is required")
 	}
+	kind, what := protocol.CredentialHub, "hub token"
+	switch *provider {
+	case "":
+	case providers.A, providers.B:
+		kind, what = protocol.CredentialProvider, *provider+" key"
+	default:
+		return fmt.Errorf("credentials add: --provider must be %s or %s", providers.A, providers.B)
+	}
 	if *credentialsKey == "" {
 		*credentialsKey = persistence.SecretPath(*data, "credentials")
 	}
@@ -337,10 +346,10 @@ func credentialsCmd(args []string) error {
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 	token := strings.TrimSpace(line)
 	if token == "" {
-		return fmt.Errorf("credentials add: give the hub token on standard input (%v)", err)
+		return fmt.Errorf("credentials add: give the %s on standard input (%v)", what, err)
 	}
 	var reply httpapi.CredentialReply
-	req := httpapi.CredentialRequest{Org: *org, Live: *live, Name: *name, Secret: token}
+	req := httpapi.CredentialRequest{Org: *org, Live: *live, Provider: *provider, Name: *name, Secret: token}
 	sock, err := adminCall(*data, *node, "/admin/credentials", req, &reply)
 	if err == nil {
 		fmt.Println(reply.ID)
@@ -355,7 +364,7 @@ func credentialsCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := persistence.AddCredential(st, vault, persistence.Tenant{Org: *org, Live: *live}, protocol.CredentialHub, *name, []byte(token), time.Now().UTC())
+	c, err := persistence.AddCredential(st, vault, persistence.Tenant{Org: *org, Live: *live}, kind, *provider, *name, []byte(token), time.Now().UTC())
 	if err != nil {
 		return err
 	}

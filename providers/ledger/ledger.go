@@ -72,6 +72,10 @@ type Account struct {
 	// DefaultCeiling is what a platform-funded session without its own
 	// ceiling reserves (nil: up to DefaultReservation of the headroom).
 	DefaultCeiling *int64 `msgpack:"default_ceiling"`
+	// ByokCredential is the provider key that funds the tenant's sessions
+	// when they ask for funding auto without naming a credential ("":
+	// the platform funds them).
+	ByokCredential string `msgpack:"byok_credential,omitempty"`
 	// Entries is how many entries the ledger has: the next one's seq is
 	// Entries+1.
 	Entries int64 `msgpack:"entries"`
@@ -184,6 +188,17 @@ func SetDefault(tx persistence.Tx, t persistence.Tenant, ceiling *int64) (*Accou
 		return nil, err
 	}
 	a.DefaultCeiling = ceiling
+	return a, tx.Put(persistence.Accounts, accountKey(t), a)
+}
+
+// SetByokCredential sets the provider key that funds tenant t's sessions
+// by default ("": none); the caller has checked it is the tenant's.
+func SetByokCredential(tx persistence.Tx, t persistence.Tenant, id string) (*Account, error) {
+	a, err := Get(tx, t)
+	if err != nil {
+		return nil, err
+	}
+	a.ByokCredential = id
 	return a, tx.Put(persistence.Accounts, accountKey(t), a)
 }
 
