@@ -298,6 +298,53 @@ func TestCreditFloorClusterWide(t *testing.T) {
 	}
 }
 
+// Two nodes offer one dedicated trainer each: two provider_a sessions,
+// whichever node creates them, hold one on each node, a third is refused,
+// and each session's run is placed on its trainer's node and trains there.
+func TestDedicatedTrainersClusterWide(t *testing.T) {
+	srv, data := voter(t)
+	reg := nodetest.Registry(t)
+	a, b := pair(t, srv, data, actors.Config{Registry: reg, DedicatedTrainers: 1})
+	nodetest.Credit(t, a.sys)
+	m, _ := reg.Catalog().Lookup("tiny")
+	held := map[string]bool{}
+	for i, via := range []*member{a, a} {
+		ss, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: fmt.Sprint("s", i), Provider: "provider_a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr, err := via.sys.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
+			TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, _ := submitVia(t, b.sys, rr.Run.ID, 1)
+		nodetest.Loss(t, op)
+		var rec persistence.Session
+		var placed struct {
+			Member string `msgpack:"m"`
+		}
+		if err := a.sys.Store().View(func(tx persistence.Tx) error {
+			if _, err := persistence.GetSession(tx, ss.ID, &rec); err != nil {
+				return err
+			}
+			_, err := tx.Get(persistence.Placements, []byte(protocol.RunKind+"/"+rr.Run.ID), &placed)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if rec.TrainerMember == "" || placed.Member != rec.TrainerMember || held[rec.TrainerMember] {
+			t.Fatalf("session %d: trainer on %q, run placed on %q (trainers held: %v)", i, rec.TrainerMember, placed.Member, held)
+		}
+		held[rec.TrainerMember] = true
+	}
+	for _, via := range []*member{a, b} {
+		if _, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: "s3", Provider: "provider_a"}); protocol.AsError(err).Code != protocol.CodeProviderFull {
+			t.Fatalf("a third provider_a session through %s: %v", via.gossip.Addr(), err)
+		}
+	}
+}
+
 // The membership splits in two while both sides keep running and keep the
 // store (the worst case: each side places the run on itself, and each
 // activation can reach the store). A run trained through one side, then

@@ -33,6 +33,7 @@ import (
 	"github.com/wts-project/wts/actors/run"
 	"github.com/wts-project/wts/actors/sampler"
 	"github.com/wts-project/wts/actors/session"
+	"github.com/wts-project/wts/actors/slots"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/actors/usage"
@@ -51,6 +52,9 @@ type Config struct {
 	// SamplerIdle is how long a sampler may go unused before it releases
 	// its adapter from memory (default 10 minutes).
 	SamplerIdle time.Duration
+	// DedicatedTrainers is how many provider_a sessions may hold a trainer
+	// of this node at once (default 16; slots).
+	DedicatedTrainers int
 	// SettleAfter is how long after it is observed a pending usage
 	// component (provider_a's) is settled, as the provider's invoice would
 	// settle it (default 10 minutes).
@@ -149,6 +153,9 @@ func Start(cfg Config) (*System, error) {
 	if cfg.SettleAfter == 0 {
 		cfg.SettleAfter = 10 * time.Minute
 	}
+	if cfg.DedicatedTrainers == 0 {
+		cfg.DedicatedTrainers = 16
+	}
 	if cfg.HubEndpoint == "" {
 		cfg.HubEndpoint = hub.DefaultEndpoint
 	}
@@ -226,12 +233,19 @@ func Start(cfg Config) (*System, error) {
 	if cfg.RemoteBind != "" && cfg.RemoteBind != host {
 		cc.Host, cc.Advertise = cfg.RemoteBind, net.JoinHostPort(host, strconv.Itoa(cfg.RemotePort))
 	}
+	if cfg.Gossip != nil {
+		if err := cfg.Gossip.SetTrainers(s.dedicated()); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	s.cluster, err = cluster.Start(s.actors, cc, kinds...)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	n.Router.Cluster = s.cluster
+	n.Trainers = s.trainers
 	if cfg.Gossip != nil {
 		n.Router.Watch()
 		s.actors.EventStream.Subscribe(s.membersLeft)
@@ -255,6 +269,31 @@ func Start(cfg Config) (*System, error) {
 		usage.Settler(st, n.Now, settleEvery(cfg.SettleAfter), func(err error) { n.Log.Error("settle usage", "err", err) }, s.stop)
 	}()
 	return s, nil
+}
+
+// trainers lists the members that host runs, with the dedicated trainers
+// each offers: this node alone, or every cluster member whose gossip says
+// so.
+func (s *System) trainers() []slots.Member {
+	if s.cfg.Gossip == nil {
+		return []slots.Member{{ID: s.actors.ID, Slots: s.dedicated()}}
+	}
+	var out []slots.Member
+	for _, nd := range s.cfg.Gossip.Nodes() {
+		if nd.ID != "" && slices.Contains(nd.Kinds, protocol.RunKind) {
+			out = append(out, slots.Member{ID: nd.ID, Slots: nd.Capacity.Trainers})
+		}
+	}
+	return out
+}
+
+// dedicated is how many dedicated trainers this node offers: none when it
+// hosts no runs.
+func (s *System) dedicated() int {
+	if s.cfg.Role == RoleSample {
+		return 0
+	}
+	return s.cfg.DedicatedTrainers
 }
 
 // settleEvery is how often the settlement pass runs: a tenth of the delay,

@@ -24,6 +24,7 @@ type Capacity struct {
 	GPUs      int      `msgpack:"g,omitempty"`  // devices beside the CPU
 	GPUMemory int64    `msgpack:"gm,omitempty"` // bytes, all GPUs together
 	Models    []string `msgpack:"m,omitempty"`  // the base models its catalog serves
+	Trainers  int      `msgpack:"tr,omitempty"` // provider_a's dedicated trainers it offers (actors/slots)
 }
 
 // Weight is the node's share of the grains (Placement): its GPU memory in
@@ -181,6 +182,11 @@ func (g *Gossip) setMeta(change func(*Node)) error {
 		return fmt.Errorf("announce member metadata: %w", err)
 	}
 	return nil
+}
+
+// SetTrainers announces how many dedicated trainers this node offers.
+func (g *Gossip) SetTrainers(n int) error {
+	return g.setMeta(func(nd *Node) { nd.Capacity.Trainers = n })
 }
 
 // SetStore announces where this node serves the cluster's store.

@@ -172,6 +172,13 @@ func (p *Placement) owner(members []*pcluster.Member, kind, identity string) (*p
 
 func placementKey(kind, identity string) []byte { return []byte(kind + "/" + identity) }
 
+// Pin records, inside tx, that grain kind/identity goes to member (a
+// provider_a run, to the member of its session's dedicated trainer): it
+// is placed there while that member is up and hosts the kind.
+func Pin(tx persistence.Tx, kind, identity, member string) error {
+	return tx.Put(persistence.Placements, placementKey(kind, identity), &placed{Member: member})
+}
+
 // Forget drops a grain's placement record inside tx, when the grain has
 // ended (its run or session terminal, its sampler retired): the records do
 // not pile up, and a grain called again after that is simply placed anew.

@@ -52,6 +52,7 @@ var statuses = map[string]int{
 	protocol.CodeUnsupported:            fasthttp.StatusUnprocessableEntity,
 	protocol.CodeTuningMode:             fasthttp.StatusUnprocessableEntity,
 	protocol.CodeProviderUnavailable:    fasthttp.StatusUnprocessableEntity,
+	protocol.CodeProviderFull:           fasthttp.StatusServiceUnavailable,
 	protocol.CodeCheckpointRetired:      fasthttp.StatusConflict,
 	protocol.CodeArtifactRetired:        fasthttp.StatusConflict,
 	protocol.CodeRunNotTerminal:         fasthttp.StatusConflict,
@@ -84,6 +85,7 @@ var retryAfter = map[string]string{
 	protocol.CodeQueueFull:     "1",
 	protocol.CodeLimitExceeded: "30",
 	protocol.CodeUnavailable:   "1",
+	protocol.CodeProviderFull:  "30",
 	codeShuttingDown:           "5",
 }
 

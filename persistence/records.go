@@ -40,6 +40,9 @@ type Session struct {
 	Metadata           json.RawMessage `msgpack:"metadata"`
 	CreatedAt          time.Time       `msgpack:"created_at"`
 	UpdatedAt          time.Time       `msgpack:"updated_at"`
+	// TrainerMember is the cluster member whose dedicated trainer a
+	// provider_a session holds: its run is placed there (actors/slots).
+	TrainerMember string `msgpack:"trainer_member,omitempty"`
 }
 
 // LoRA is a run's adapter configuration.

@@ -50,9 +50,10 @@ const (
 	Ledger      Bucket = "ledger"      // tenant + seq → a ledger entry
 	Budgets     Bucket = "budgets"     // session id → its budget: ceiling, holds and spend
 	Unsettled   Bucket = "unsettled"   // due time + run or sampler id + seq → session id: an operation with pending usage (actors/usage)
+	Slots       Bucket = "slots"       // provider_a's dedicated trainers: count/member → reserved, session/id → member (actors/slots)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets, Unsettled}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets, Unsettled, Slots}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

@@ -94,23 +94,34 @@ func (r *Registry) Catalog() *Catalog { return r.catalog }
 // Row is provider p's capability row.
 func (r *Registry) Row(p string) *Capability { return r.rows[p] }
 
-// Route picks the provider for a new session: an explicit choice must be
-// offered; "auto" takes the first offered provider of the caller's
-// preferences, then of the service's order.
-func (r *Registry) Route(provider string, preferences []string) (string, error) {
+// Route lists, in order, the providers a new session may go to: an
+// explicit choice alone, which must be offered; for "auto", the offered
+// providers of the caller's preferences, then of the service's order. The
+// session takes the first with room (a provider_a session needs a free
+// dedicated trainer).
+func (r *Registry) Route(provider string, preferences []string) ([]string, error) {
 	if provider != "" && provider != "auto" {
 		if r.rows[provider] == nil {
-			return "", fmt.Errorf("%w: %s", ErrUnavailable, provider)
+			return nil, fmt.Errorf("%w: %s", ErrUnavailable, provider)
 		}
-		return provider, nil
+		return []string{provider}, nil
 	}
+	var out []string
 	for _, p := range slices.Concat(preferences, Order) {
-		if r.rows[p] != nil {
-			return p, nil
+		if r.rows[p] != nil && !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
-	return "", ErrUnavailable
+	if len(out) == 0 {
+		return nil, ErrUnavailable
+	}
+	return out, nil
 }
+
+// Dedicated reports whether provider p runs each session on a dedicated
+// trainer (reserved for the session's lifetime, actors/slots): provider_a;
+// provider_b's runs share a pool.
+func Dedicated(p string) bool { return p == A }
 
 // LeaseLimit caps the idle lease of provider p's sessions (0: no cap).
 func LeaseLimit(p string) time.Duration {

@@ -50,9 +50,12 @@ const (
 // Codes of session and run creation.
 const (
 	CodeProviderUnavailable = "provider_unavailable"
-	CodeCredentialNotFound  = "credential_not_found"
-	CodeCheckpointNotFound  = "checkpoint_not_found"
-	CodeTuningMode          = "tuning_mode_not_supported"
+	// CodeProviderFull refuses a provider_a session while every dedicated
+	// trainer is held.
+	CodeProviderFull       = "provider_at_capacity"
+	CodeCredentialNotFound = "credential_not_found"
+	CodeCheckpointNotFound = "checkpoint_not_found"
+	CodeTuningMode         = "tuning_mode_not_supported"
 
 	CodeCheckpointRetired      = "checkpoint_retired"
 	CodeRunNotTerminal         = "run_not_terminal"

@@ -16,6 +16,7 @@ import (
 	"github.com/wts-project/wts/actors/grain"
 	"github.com/wts-project/wts/actors/limits"
 	"github.com/wts-project/wts/actors/reminder"
+	"github.com/wts-project/wts/actors/slots"
 	"github.com/wts-project/wts/actors/telemetry"
 	"github.com/wts-project/wts/persistence"
 	"github.com/wts-project/wts/providers"
@@ -47,6 +48,9 @@ type Node struct {
 	// SettleAfter is how long after it is observed a pending usage
 	// component is settled (actors/usage, Settler).
 	SettleAfter time.Duration
+	// Trainers lists the members that host runs and the dedicated
+	// trainers each offers (provider_a's, actors/slots).
+	Trainers func() []slots.Member
 }
 
 // Now is the node's time, in UTC.

@@ -20,6 +20,7 @@ import (
 	"github.com/wts-project/wts/actors/oplog"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/slots"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
@@ -148,9 +149,13 @@ func (g *Grain) activate() error {
 }
 
 // ended records, inside tx, that run r has just ended: its organization's
-// live count, and its placement record.
+// live count, its session's dedicated trainer (a run that ended needs it no
+// more), and its placement record.
 func ended(tx persistence.Tx, r *persistence.Run) error {
 	if err := limits.Close(tx, r.Tenant.Org, limits.Runs); err != nil {
+		return err
+	}
+	if err := slots.Release(tx, r.SessionID); err != nil {
 		return err
 	}
 	return cluster.Forget(tx, protocol.RunKind, r.ID)

@@ -22,6 +22,7 @@ import (
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/limits"
 	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/slots"
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
@@ -34,33 +35,33 @@ func reminder(id string) string { return protocol.ReminderKey(protocol.SessionKi
 
 // Create creates and provisions a session, or returns the one an
 // earlier request with the same request_id created (created is false then).
-// The request_id index, the session, its lease and its budget (with the
-// reservation of its ceiling on the organization's ledger) are written in
-// one transaction, so two racing requests get one session, and two
-// sessions never reserve the same headroom.
+// The request_id index, the session, its lease, its budget (with the
+// reservation of its ceiling on the organization's ledger) and, for
+// provider_a, its dedicated trainer are written in one transaction, so two
+// racing requests get one session, and two sessions never reserve the
+// same headroom or the same trainer.
 func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, created bool, err error) {
-	provider, funding, credentialID, err := fund(n, req)
+	candidates, funding, credentialID, err := fund(n, req)
 	if err != nil {
 		return nil, false, err
 	}
-	capability, err := json.Marshal(n.Registry.Row(provider))
-	if err != nil {
-		return nil, false, fmt.Errorf("encode capability: %w", err)
-	}
 	now := n.Now()
-	l := lease.Grant(now, lease.TTL(req.IdleTTLSeconds, providers.LeaseLimit(provider)))
 	fresh := &persistence.Session{
 		ID: protocol.NewID(protocol.SessionPrefix), Tenant: req.Tenant, RequestID: req.RequestID,
-		Status: states.SessionReady, Provider: provider, FundingSource: funding, CredentialID: credentialID,
-		Capability: capability, CapabilitySnapshot: capability,
+		Status: states.SessionReady, FundingSource: funding, CredentialID: credentialID,
 		Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}
+	var l lease.Lease
 	key := persistence.RequestKey(req.Tenant, "session", req.RequestID)
 	err = n.Store.Update(func(tx persistence.Tx) error {
 		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error {
 			if err := n.Limits.Open(tx, req.Tenant.Org, limits.Sessions); err != nil {
 				return err
 			}
+			if err := route(tx, n, fresh, candidates); err != nil {
+				return err
+			}
+			l = lease.Grant(now, lease.TTL(req.IdleTTLSeconds, providers.LeaseLimit(fresh.Provider)))
 			// The ceiling: reserved on the organization's ledger when the
 			// platform funds the session.
 			ceiling, err := ledger.Open(tx, req.Tenant, fresh.ID, funding == FundingPlatform, req.MaxCostMicroUSD, now)
@@ -92,22 +93,49 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 	return sess, created, nil
 }
 
+// route gives the new session ss the first of the candidate providers
+// with room, inside its creation's transaction: provider_a needs a
+// dedicated trainer free on some member (reserved here, for the session's
+// lifetime), provider_b's shared pool always has room.
+func route(tx persistence.Tx, n *protocol.Node, ss *persistence.Session, candidates []string) error {
+	for _, p := range candidates {
+		ss.Provider, ss.TrainerMember = p, ""
+		if providers.Dedicated(p) {
+			member, err := slots.Reserve(tx, n.Trainers(), ss.ID)
+			if errors.Is(err, slots.ErrFull) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			ss.TrainerMember = member
+		}
+		capability, err := json.Marshal(n.Registry.Row(p))
+		if err != nil {
+			return fmt.Errorf("encode capability: %w", err)
+		}
+		ss.Capability, ss.CapabilitySnapshot = capability, capability
+		return nil
+	}
+	return protocol.Refuse(protocol.CodeProviderFull, "%s has no dedicated trainer free (%v); retry later, or ask for provider_b", providers.A, slots.ErrFull)
+}
+
 // Funding sources.
 const (
 	FundingPlatform = "platform" // the service's ledger: the session reserves its ceiling there
 	FundingByok     = "byok"     // the customer's own key to the provider
 )
 
-// fund resolves a new session's funding, its credential and its provider.
-// A byok session is funded by a provider key of the tenant's (the one it
-// names, else the organization's default, `wts orgs set
-// --byok-credential`), which also picks its provider: a key works only
-// for its own. Funding auto is byok when a credential is named or the
+// fund resolves a new session's funding, its credential and the providers
+// it may go to, in order. A byok session is funded by a provider key of
+// the tenant's (the one it names, else the organization's default, `wts
+// orgs set --byok-credential`), which also picks its provider: a key works
+// only for its own. Funding auto is byok when a credential is named or the
 // organization has a default one, else platform; platform names none.
-func fund(n *protocol.Node, req protocol.NewSession) (provider, funding, credentialID string, err error) {
+func fund(n *protocol.Node, req protocol.NewSession) (candidates []string, funding, credentialID string, err error) {
 	credentialID = req.CredentialID
 	if req.Funding == FundingPlatform && credentialID != "" {
-		return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: names a key for byok funding, and funding_preference is platform")
+		return nil, "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: names a key for byok funding, and funding_preference is platform")
 	}
 	if req.Funding != FundingPlatform && credentialID == "" {
 		if err := n.Store.View(func(tx persistence.Tx) error {
@@ -117,33 +145,33 @@ func fund(n *protocol.Node, req protocol.NewSession) (provider, funding, credent
 			}
 			return err
 		}); err != nil {
-			return "", "", "", err
+			return nil, "", "", err
 		}
 	}
 	if credentialID == "" {
 		if req.Funding == FundingByok {
-			return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: is required for byok funding (the organization has no default provider key)")
+			return nil, "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: is required for byok funding (the organization has no default provider key)")
 		}
-		provider, err = n.Registry.Route(req.Provider, req.Preferences)
+		candidates, err = n.Registry.Route(req.Provider, req.Preferences)
 		if err != nil {
-			return "", "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
+			return nil, "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
 		}
-		return provider, FundingPlatform, "", nil
+		return candidates, FundingPlatform, "", nil
 	}
 	c, err := persistence.CredentialOf(n.Store, req.Tenant, credentialID, protocol.CredentialProvider)
 	if err != nil {
-		return "", "", "", err
+		return nil, "", "", err
 	}
 	if c == nil {
-		return "", "", "", protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found: byok funding needs a provider key, registered with `wts credentials add --provider`", credentialID)
+		return nil, "", "", protocol.Refuse(protocol.CodeCredentialNotFound, "credential %s not found: byok funding needs a provider key, registered with `wts credentials add --provider`", credentialID)
 	}
 	if req.Provider != "" && req.Provider != "auto" && req.Provider != c.Provider {
-		return "", "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: %s is a %s key, and the session asks for %s", c.ID, c.Provider, req.Provider)
+		return nil, "", "", protocol.Refuse(protocol.CodeValidation, "credential_id: %s is a %s key, and the session asks for %s", c.ID, c.Provider, req.Provider)
 	}
-	if provider, err = n.Registry.Route(c.Provider, nil); err != nil {
-		return "", "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
+	if candidates, err = n.Registry.Route(c.Provider, nil); err != nil {
+		return nil, "", "", protocol.Refuse(protocol.CodeProviderUnavailable, "%v", err)
 	}
-	return provider, FundingByok, c.ID, nil
+	return candidates, FundingByok, c.ID, nil
 }
 
 // Grain serialises every change to one session and its lease. It
@@ -211,10 +239,14 @@ func (g *Grain) activate() error {
 }
 
 // ended records, inside tx, that session ss has just ended: its
-// organization's live count, its placement record, and its budget, whose
-// reservation goes back to the organization's ledger.
+// organization's live count, its dedicated trainer, its placement record,
+// and its budget, whose reservation goes back to the organization's
+// ledger.
 func (g *Grain) ended(tx persistence.Tx, ss *persistence.Session) error {
 	if err := limits.Close(tx, ss.Tenant.Org, limits.Sessions); err != nil {
+		return err
+	}
+	if err := slots.Release(tx, ss.ID); err != nil {
 		return err
 	}
 	if err := cluster.Forget(tx, protocol.SessionKind, g.ID); err != nil {
@@ -355,6 +387,11 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 		}
 		ss.RunID = run.ID
 		out = protocol.RunReply{Run: *run, Created: true}
+		if ss.TrainerMember != "" { // on its dedicated trainer's member
+			if err := cluster.Pin(tx, protocol.RunKind, run.ID, ss.TrainerMember); err != nil {
+				return err
+			}
+		}
 		return persistence.CreateRun(tx, run)
 	})
 	return &out, err

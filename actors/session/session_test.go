@@ -170,3 +170,62 @@ func TestCreateOnceAndClose(t *testing.T) {
 		t.Fatalf("a session once the first closed: %v", err)
 	}
 }
+
+// provider_a sessions each hold a dedicated trainer of the node's: past
+// its count, naming provider_a is refused and auto routing takes
+// provider_b; a session that ends, or whose run ends, frees its trainer.
+func TestDedicatedTrainers(t *testing.T) {
+	reg := nodetest.Registry(t)
+	s := nodetest.StartWith(t, actors.Config{DataDir: t.TempDir(), Registry: reg, DedicatedTrainers: 2})
+	defer s.Stop(context.Background())
+	nodetest.Credit(t, s)
+	create := func(id, provider string) (*protocol.Session, error) {
+		ss, _, err := s.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: id, Provider: provider})
+		return ss, err
+	}
+	first, err := create("a1", "provider_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := create("a2", "auto")
+	if err != nil || second.Provider != "provider_a" {
+		t.Fatalf("auto with a trainer free: %+v %v", second, err)
+	}
+	if _, err := create("a3", "provider_a"); protocol.AsError(err).Code != protocol.CodeProviderFull {
+		t.Fatalf("a third provider_a session on two trainers: %v", err)
+	}
+	if b, err := create("b1", "auto"); err != nil || b.Provider != "provider_b" {
+		t.Fatalf("auto with provider_a full: %+v %v", b, err)
+	}
+	// The first session's run finishes: its trainer is free again.
+	m, _ := reg.Catalog().Lookup("tiny")
+	rr, err := s.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: first.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
+		TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin, err := s.Finish(nodetest.Tenant, rr.Run.ID, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Wait(t, s, fin.Op.ID)
+	if a, err := create("a3", "provider_a"); err != nil || a.Provider != "provider_a" {
+		t.Fatalf("provider_a once a run finished: %+v %v", a, err)
+	}
+	if _, err := create("a4", "provider_a"); protocol.AsError(err).Code != protocol.CodeProviderFull {
+		t.Fatalf("provider_a full again: %v", err)
+	}
+	// Closing a session frees its trainer too.
+	if _, err := s.CloseSession(nodetest.Tenant, first.ID); err != nil { // its run ended: it holds none now
+		t.Fatal(err)
+	}
+	if _, err := create("a4", "provider_a"); protocol.AsError(err).Code != protocol.CodeProviderFull {
+		t.Fatalf("closing a session whose run had freed its trainer freed another: %v", err)
+	}
+	if _, err := s.CloseSession(nodetest.Tenant, second.ID); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := create("a4", "provider_a"); err != nil || a.Provider != "provider_a" {
+		t.Fatalf("provider_a once a session closed: %+v %v", a, err)
+	}
+}

@@ -62,6 +62,7 @@ func serveCmd(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	debugAddr := fs.String("debug-addr", "", "serve Go's pprof profiles on this address (keep it private; off when empty)")
 	samplerIdle := fs.Duration("sampler-idle", 10*time.Minute, "how long an unused sampler keeps its adapter in memory")
+	dedicated := fs.Int("dedicated-trainers", 16, "how many provider_a sessions may hold a dedicated trainer on this node at once; past every node's, provider_a is full (auto routing takes provider_b)")
 	settleAfter := fs.Duration("settle-after", 10*time.Minute, "how long after it is observed provider_a's usage settles, as the provider's invoice would settle it (docs/billing.md)")
 	grainIdle := fs.Duration("grain-idle", 10*time.Minute, "how long an idle session, run or sampler grain stays in memory before it passivates (it comes back from the store on its next message)")
 	signingKey := fs.String("signing-key", "", "file of the 32-byte key that signs download links (default: DATA/secrets/signing.key, made on first start)")
@@ -93,6 +94,9 @@ func serveCmd(args []string) error {
 	}
 	if *role != actors.RoleAll && *advertise == "" {
 		return fmt.Errorf("--role %s needs --advertise: a node alone hosts everything", *role)
+	}
+	if *dedicated < 1 {
+		return fmt.Errorf("--dedicated-trainers must be at least 1")
 	}
 	if lim.RunQueue < 1 || lim.OrgQueue < 1 || lim.NodeQueue < 1 || lim.QueueBytes < 1 || lim.OrgSessions < 1 || lim.OrgRuns < 1 {
 		return fmt.Errorf("--max-queue-* and --max-live-* must be at least 1")
@@ -132,7 +136,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, SettleAfter: *settleAfter, GrainIdle: *grainIdle,
+	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, SettleAfter: *settleAfter, DedicatedTrainers: *dedicated, GrainIdle: *grainIdle,
 		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine}
 	own := *data // the node's own files: the admin socket (and in a cluster its store voter)
