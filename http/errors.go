@@ -89,10 +89,17 @@ var retryAfter = map[string]string{
 	codeShuttingDown:           "5",
 }
 
+// fundingOf is the funding_source an error's envelope names, for the
+// codes that concern one: only the platform's ledger refuses credit.
+var fundingOf = map[string]string{
+	protocol.CodeInsufficientCredit: "platform",
+}
+
 // envelope is the error body: exactly the spec's fields.
 type envelope struct {
-	Error     envelopeError `json:"error"`
-	RequestID string        `json:"request_id,omitempty"`
+	Error         envelopeError `json:"error"`
+	RequestID     string        `json:"request_id,omitempty"`
+	FundingSource string        `json:"funding_source,omitempty"`
 }
 
 type envelopeError struct {
@@ -109,7 +116,7 @@ func fail(ctx *fasthttp.RequestCtx, code, message string) {
 	if after, ok := retryAfter[code]; ok {
 		ctx.Response.Header.Set("Retry-After", after)
 	}
-	write(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx)})
+	write(ctx, status, envelope{Error: envelopeError{Code: code, Message: message}, RequestID: requestID(ctx), FundingSource: fundingOf[code]})
 }
 
 // failErr writes err's envelope: a public protocol.Error as it is, anything

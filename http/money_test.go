@@ -52,7 +52,11 @@ func TestMoney(t *testing.T) {
 	if l := ledger(); l.num("reserved_microusd") != 100_000_000 || l.num("headroom_microusd") != 0 {
 		t.Fatalf("after the first session: %s", l.Raw)
 	}
-	n.want(n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2"}), 402, "insufficient_credit")
+	refused := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2"})
+	n.want(refused, 402, "insufficient_credit")
+	if refused.str("funding_source") != "platform" {
+		t.Errorf("the refusal does not name its funding source: %s", refused.Raw)
+	}
 
 	// An operator's grant makes room; a requested ceiling is reserved
 	// exactly. The ceiling here is one forward_backward's estimate: the
