@@ -371,7 +371,7 @@ func (n *node) checkUsage(sid, key string) {
 	for _, it := range items {
 		c := it.(map[string]any)
 		q := c["quantity"].(float64)
-		if want := float64(int64((q*555_555 + 999_999) / 1_000_000)); c["meter"] != "device_ms" || c["cost_microusd"].(float64) != want || c["provider"] != "provider_a" || c["session_id"] != sid {
+		if want := float64(int64((q*555_555 + 999_999) / 1_000_000)); c["meter"] != "device_ms" || c["microusd_per_million_units"] != 555_555.0 || c["cost_microusd"].(float64) != want || c["provider"] != "provider_a" || c["session_id"] != sid {
 			n.t.Errorf("component %v: want device_ms at cost %v", c, want)
 		}
 		if c["settlement_status"] != "pending" || c["settled_at"] != nil {

@@ -208,6 +208,7 @@ type usageView struct {
 	Meter            string     `json:"meter"`
 	Quantity         int64      `json:"quantity"`
 	Unit             string     `json:"unit"`
+	UnitPrice        int64      `json:"microusd_per_million_units"`
 	CostMicroUSD     int64      `json:"cost_microusd"`
 	SettlementStatus string     `json:"settlement_status"`
 	ObservedAt       time.Time  `json:"observed_at"`
@@ -218,7 +219,7 @@ func usagesOf(us []persistence.Usage) []usageView {
 	out := make([]usageView, len(us))
 	for i, u := range us {
 		out[i] = usageView{SessionID: u.SessionID, RunID: u.RunID, OperationID: u.OperationID, Provider: u.Provider, Meter: u.Meter,
-			Quantity: u.Quantity, Unit: u.Unit, CostMicroUSD: u.CostMicroUSD, SettlementStatus: u.SettlementStatus,
+			Quantity: u.Quantity, Unit: u.Unit, UnitPrice: u.UnitPrice, CostMicroUSD: u.CostMicroUSD, SettlementStatus: u.SettlementStatus,
 			ObservedAt: u.ObservedAt, SettledAt: u.SettledAt}
 	}
 	return out

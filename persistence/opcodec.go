@@ -96,7 +96,7 @@ func appendUsage(b []byte, us []Usage) []byte {
 	for i := range us {
 		u := &us[i]
 		ids := [...]struct{ name, v string }{{"session_id", u.SessionID}, {"run_id", u.RunID}, {"operation_id", u.OperationID}, {"provider", u.Provider}}
-		n := 7 // the fields without omitempty
+		n := 8 // the fields without omitempty
 		for _, f := range ids {
 			if f.v != "" {
 				n++
@@ -111,6 +111,7 @@ func appendUsage(b []byte, us []Usage) []byte {
 		b = appendStr(appendStr(b, "meter"), u.Meter)
 		b = appendInt64(appendStr(b, "quantity"), u.Quantity)
 		b = appendStr(appendStr(b, "unit"), u.Unit)
+		b = appendInt64(appendStr(b, "unit_price"), u.UnitPrice)
 		b = appendInt64(appendStr(b, "cost_microusd"), u.CostMicroUSD)
 		b = appendStr(appendStr(b, "settlement_status"), u.SettlementStatus)
 		b = appendTime(appendStr(b, "observed_at"), u.ObservedAt)

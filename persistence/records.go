@@ -186,13 +186,16 @@ type Metric struct {
 // leaves out the ids and provider, which are the operation's and its
 // session's; readers fill them in.
 type Usage struct {
-	SessionID        string     `msgpack:"session_id,omitempty"`
-	RunID            string     `msgpack:"run_id,omitempty"`
-	OperationID      string     `msgpack:"operation_id,omitempty"`
-	Provider         string     `msgpack:"provider,omitempty"`
-	Meter            string     `msgpack:"meter"`
-	Quantity         int64      `msgpack:"quantity"`
-	Unit             string     `msgpack:"unit"`
+	SessionID   string `msgpack:"session_id,omitempty"`
+	RunID       string `msgpack:"run_id,omitempty"`
+	OperationID string `msgpack:"operation_id,omitempty"`
+	Provider    string `msgpack:"provider,omitempty"`
+	Meter       string `msgpack:"meter"`
+	Quantity    int64  `msgpack:"quantity"`
+	Unit        string `msgpack:"unit"`
+	// UnitPrice is the meter's price, in micro-USD per million units (the
+	// session's billing snapshot's).
+	UnitPrice        int64      `msgpack:"unit_price"`
 	CostMicroUSD     int64      `msgpack:"cost_microusd"`
 	SettlementStatus string     `msgpack:"settlement_status"`
 	ObservedAt       time.Time  `msgpack:"observed_at"`

@@ -60,7 +60,7 @@ func Record(op *persistence.Operation, d *executor.Done, p *Prices, now time.Tim
 			status, settledAt = providers.Pending, nil
 		}
 		u := persistence.Usage{
-			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.Billing.Units[rd.Meter],
+			Meter: rd.Meter, Quantity: rd.Quantity, Unit: p.Billing.Units[rd.Meter], UnitPrice: p.Billing.PerMillion[rd.Meter],
 			CostMicroUSD: p.Billing.Cost(rd.Meter, rd.Quantity), SettlementStatus: status, SettledAt: settledAt, ObservedAt: now,
 		}
 		op.Usage = append(op.Usage, u)
