@@ -166,6 +166,10 @@ func book(tx persistence.Tx, t persistence.Tenant, a *Account, now time.Time, en
 	return tx.Put(persistence.Accounts, accountKey(t), a)
 }
 
+// MaxGranted bounds what an organization may be granted in all (100
+// billion USD), so that no sum of the ledger can overflow.
+const MaxGranted int64 = 100_000_000_000_000_000
+
 // Credit grants tenant t amount micro-USD (an operator's grant).
 func Credit(tx persistence.Tx, t persistence.Tenant, amount int64, note string, now time.Time) (*Account, error) {
 	if amount <= 0 {
@@ -174,6 +178,9 @@ func Credit(tx persistence.Tx, t persistence.Tenant, amount int64, note string, 
 	a, err := Get(tx, t)
 	if err != nil {
 		return nil, err
+	}
+	if amount > MaxGranted-a.Granted {
+		return nil, refuse("validation_error", "the organization would be granted more than %d micro-USD in all", MaxGranted)
 	}
 	return a, book(tx, t, a, now, Entry{Kind: Grant, Amount: amount, Note: note})
 }

@@ -96,6 +96,12 @@ func TestReservationRules(t *testing.T) {
 	if c, err := openSession("s2", nil); err != nil || *c != 30_000_000 {
 		t.Fatalf("default session on 30 USD of headroom: %v, %v", c, err)
 	}
+	// Grants are bounded, so that no sum overflows.
+	for _, amount := range []int64{0, -1, MaxGranted} {
+		if err := st.Update(func(tx persistence.Tx) error { _, err := Credit(tx, acme, amount, "", now); return err }); code(err) != "validation_error" {
+			t.Fatalf("a grant of %d: %v", amount, err)
+		}
+	}
 	// A requested ceiling is reserved exactly, or refused.
 	if err := st.Update(func(tx persistence.Tx) error { _, err := Credit(tx, acme, 5_000_000, "", now); return err }); err != nil {
 		t.Fatal(err)
