@@ -6,7 +6,9 @@ import (
 	"github.com/wts-project/wts/actors/artifacts"
 	"github.com/wts-project/wts/actors/lease"
 	"github.com/wts-project/wts/actors/protocol"
+	"github.com/wts-project/wts/actors/slots"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 )
 
 // Reads go straight to the store: it holds only committed state, which is
@@ -191,4 +193,38 @@ func (s *System) Metrics(t persistence.Tenant, runID string, after int64, limit 
 type MetricsPage struct {
 	Page[persistence.Metric]
 	Summary map[string]Summary
+}
+
+// Offer is a provider's capability row and its room now.
+type Offer struct {
+	Row       *providers.Capability
+	Available bool // a session may be routed to it now
+	// FreeDedicated is how many dedicated trainers are free across the
+	// cluster (provider_a; -1 for a provider without them).
+	FreeDedicated int
+}
+
+// Offers lists the providers in the service's order, with their room now.
+func (s *System) Offers() ([]Offer, error) {
+	var out []Offer
+	err := s.n.Store.View(func(tx persistence.Tx) error {
+		out = out[:0]
+		for _, p := range providers.Order {
+			row := s.cfg.Registry.Row(p)
+			if row == nil {
+				continue
+			}
+			o := Offer{Row: row, Available: true, FreeDedicated: -1}
+			if providers.Dedicated(p) {
+				free, err := slots.Free(tx, s.n.Trainers())
+				if err != nil {
+					return err
+				}
+				o.FreeDedicated, o.Available = free, free > 0
+			}
+			out = append(out, o)
+		}
+		return nil
+	})
+	return out, err
 }

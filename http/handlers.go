@@ -259,6 +259,16 @@ func ownerPage[P any](param, prefix, what string, list func(persistence.Tenant, 
 }
 
 // usage lists a session's usage components.
+// offers answers the providers' capability rows and their room now.
+func (s *Server) offers(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
+	list, err := s.sys.Offers()
+	if err != nil {
+		return err
+	}
+	write(ctx, fasthttp.StatusOK, offersOf(list))
+	return nil
+}
+
 // ledger answers the caller's organization's ledger, its entries paged by
 // after_seq and limit.
 func (s *Server) ledger(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {

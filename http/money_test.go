@@ -76,6 +76,14 @@ func TestMoney(t *testing.T) {
 	second := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2", "provider": "provider_a", "max_cost_microusd": estimate})
 	n.want(second, 201, "")
 	sid := second.str("id")
+	// Two provider_a sessions hold two of the node's 16 dedicated trainers.
+	caps := n.do("GET", "/v1/training/capabilities", key, nil)
+	n.want(caps, 200, "")
+	if items := caps.Body["items"].([]any); len(items) != 2 || items[0].(map[string]any)["provider"] != "provider_a" ||
+		items[0].(map[string]any)["dedicated_trainers_free"] != 14.0 || items[0].(map[string]any)["available"] != true ||
+		items[1].(map[string]any)["dedicated_trainers_free"] != nil {
+		t.Fatalf("capabilities: %s", caps.Raw)
+	}
 	run := n.do("POST", "/v1/training/sessions/"+sid+"/runs", key, map[string]any{
 		"request_id": "r", "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"rank": 4, "seed": 3}})
 	n.want(run, 201, "")

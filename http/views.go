@@ -8,6 +8,7 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/usage"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 	"github.com/wts-project/wts/providers/ledger"
 )
 
@@ -240,6 +241,31 @@ type costView struct {
 func costOf(c *usage.Cost) *costView {
 	return &costView{SessionID: c.SessionID, EstimatedMaxMicroUSD: c.EstimatedMaxMicroUSD, SettlementStatus: c.SettlementStatus,
 		TotalMicroUSD: c.TotalMicroUSD, Components: usagesOf(c.Components)}
+}
+
+// offerView is a provider as GET /v1/training/capabilities shows it: its
+// capability row and its room now.
+type offerView struct {
+	Provider              string                `json:"provider"`
+	Available             bool                  `json:"available"`
+	DedicatedTrainersFree *int                  `json:"dedicated_trainers_free"`
+	Capability            *providers.Capability `json:"capability"`
+}
+
+type offersPage struct {
+	Items []offerView `json:"items"`
+}
+
+func offersOf(list []actors.Offer) *offersPage {
+	p := &offersPage{Items: make([]offerView, len(list))}
+	for i, o := range list {
+		v := offerView{Provider: o.Row.Provider, Available: o.Available, Capability: o.Row}
+		if o.FreeDedicated >= 0 {
+			v.DedicatedTrainersFree = &o.FreeDedicated
+		}
+		p.Items[i] = v
+	}
+	return p
 }
 
 // ledgerView is an organization's ledger (GET /v1/organization/ledger):

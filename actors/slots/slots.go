@@ -77,3 +77,16 @@ func change(tx persistence.Tx, member, session string, by int) error {
 	}
 	return tx.Put(persistence.Slots, sessionKey(session), member)
 }
+
+// Free is how many dedicated trainers members have free, read inside tx.
+func Free(tx persistence.Tx, members []Member) (int, error) {
+	free := 0
+	for _, m := range members {
+		var n int
+		if _, err := tx.Get(persistence.Slots, countKey(m.ID), &n); err != nil {
+			return 0, err
+		}
+		free += max(m.Slots-n, 0)
+	}
+	return free, nil
+}

@@ -39,6 +39,15 @@ func TestReserve(t *testing.T) {
 	if _, err := reserve("s4"); !errors.Is(err, ErrFull) {
 		t.Fatalf("a fourth on three trainers: %v", err)
 	}
+	if err := st.View(func(tx persistence.Tx) error {
+		n, err := Free(tx, members)
+		if n != 0 {
+			t.Errorf("%d free with every trainer held", n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	release("s2")
 	release("s2")
 	release("never")
