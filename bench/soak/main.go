@@ -10,10 +10,16 @@
 //     numbers must count 1, 2, 3, … over its succeeded optim_steps);
 //   - runs interrupted, operations failed by code, 429s answered;
 //   - submission latency p50/p99 and the node's peak RSS (VmHWM) beside
-//     its --memory-budget.
+//     its --memory-budget;
+//   - money: once every session is closed and its cost settled, each
+//     organization's ledger must have nothing reserved or pending, its
+//     sums must be the fold of its entries, and its settled spend exactly
+//     the sum of its sessions' totals (no micro-dollar lost or counted
+//     twice through the kills).
 //
 // It exits 1 when anything was lost or duplicated, an operation failed
-// internal_error, or the peak RSS passed the budget.
+// internal_error, a ledger did not balance, or the peak RSS passed the
+// budget.
 //
 // With --nodes N (N > 1) the same runs against a cluster of N nodes on one
 // shared data folder (`make chaos`): each request goes to a random node
@@ -98,6 +104,7 @@ func main() {
 	for _, c := range clients {
 		c.check(&r)
 	}
+	r.unbalanced, r.spent = n.balance(keys, clients)
 	n.stop()
 	slices.Sort(n.latencies)
 	fmt.Printf("soak: %v, %d organizations × %d runs on %s, %d node(s) (%d joined), %d kill -9 and %d SIGTERM restarts\n\n",
@@ -112,7 +119,8 @@ func main() {
 	fmt.Printf("%-28s p50 %.2f ms, p99 %.2f ms (%d submissions)\n", "submission latency", service.Percentile(n.latencies, 0.5), service.Percentile(n.latencies, 0.99), len(n.latencies))
 	fmt.Printf("%-28s %d MiB (budget %d MiB)\n", "peak RSS", n.peak.Load()>>20, *budget>>20)
 	fmt.Printf("%-28s %v\n", "settled after the load", settled)
-	if r.lost > 0 || r.duplicated > 0 || r.codes["internal_error"] > 0 || n.peak.Load() > *budget {
+	fmt.Printf("%-28s %d of %d (their sessions cost %d µUSD in all)\n", "ledgers not balanced", r.unbalanced, len(keys), r.spent)
+	if r.lost > 0 || r.duplicated > 0 || r.unbalanced > 0 || r.codes["internal_error"] > 0 || n.peak.Load() > *budget {
 		fmt.Println("\nFAIL")
 		os.Exit(1)
 	}
@@ -158,7 +166,7 @@ func newNode(bin, data, preset string, budget int64, nodes int) *node {
 	dir, rev := service.Prepare(data, preset)
 	n := &node{bin: bin, data: data, revision: rev, model: preset, cluster: nodes > 1,
 		shared: []string{"--data", data, "--model", preset + "=" + dir, "--log-level", "warn",
-			"--memory-budget", strconv.FormatInt(budget, 10), "--drain", "2s", "--max-queue-run", "64"}}
+			"--memory-budget", strconv.FormatInt(budget, 10), "--drain", "2s", "--max-queue-run", "64", "--settle-after", "1s"}}
 	for range nodes {
 		n.add()
 	}
@@ -395,6 +403,7 @@ type client struct {
 	n         *node
 	key, name string
 	rng       *rand.Rand
+	session   string
 	run       string
 	acked     map[int64]string // seq_id → the operation id the node answered
 	kinds     map[int64]string
@@ -403,7 +412,8 @@ type client struct {
 
 func (c *client) load(stop <-chan struct{}) {
 	c.acked, c.kinds = map[int64]string{}, map[int64]string{}
-	s := c.create(v1+"/sessions", `{"request_id":"`+c.name+`","idle_ttl_s":3600}`)
+	c.session = c.create(v1+"/sessions", `{"request_id":"`+c.name+`","idle_ttl_s":3600}`)
+	s := c.session
 	c.run = c.create(v1+"/sessions/"+s+"/runs", fmt.Sprintf(`{"request_id":"r","base_model":%q,"model_revision":%q,"lora":{"rank":8}}`, c.n.model, c.n.revision))
 	for seq := int64(1); ; seq++ {
 		select {
@@ -530,8 +540,76 @@ func (c *client) ops() []map[string]any {
 }
 
 type report struct {
-	acknowledged, lost, duplicated, interrupted int
-	statuses, codes                             map[string]int
+	acknowledged, lost, duplicated, interrupted, unbalanced int
+	spent                                                   int64 // every session's settled total
+	statuses, codes                                         map[string]int
+}
+
+// balance closes every client's session, waits for their costs to settle,
+// and checks each organization's ledger against them; it returns how many
+// ledgers do not balance, and what the sessions cost in all.
+func (n *node) balance(keys []string, clients []*client) (int, int64) {
+	total := map[string]int64{} // by key: the sessions' settled totals
+	for _, c := range clients {
+		if c.session == "" {
+			continue
+		}
+		n.do("POST", v1+"/sessions/"+c.session+"/close", c.key, []byte(`{"request_id":"close"}`))
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			_, ss, _ := n.do("GET", v1+"/sessions/"+c.session, c.key, nil)
+			status, cost, _ := n.do("GET", v1+"/sessions/"+c.session+"/cost", c.key, nil)
+			var v struct {
+				Status string `json:"settlement_status"`
+				Total  any    `json:"total_microusd"`
+			}
+			json.Unmarshal(cost, &v)
+			if field(ss, "status") == "closed" && status == 200 && v.Status == "settled" {
+				total[c.key] += int64(v.Total.(float64))
+				break
+			}
+			if time.Now().After(deadline) {
+				n.fail("%s: session %s not closed and settled 60 s after its close: %s %s", c.name, c.session, ss, cost)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	bad, spent := 0, int64(0)
+	for i, key := range keys {
+		spent += total[key]
+		var l struct {
+			Granted  int64 `json:"granted_microusd"`
+			Settled  int64 `json:"settled_spend_microusd"`
+			Pending  int64 `json:"pending_spend_microusd"`
+			Reserved int64 `json:"reserved_microusd"`
+			Entries  []struct {
+				Kind   string `json:"kind"`
+				Amount int64  `json:"amount_microusd"`
+			} `json:"entries"`
+			Next int64 `json:"next_after_seq"`
+		}
+		fold := map[string]int64{}
+		for after := int64(0); ; after = l.Next {
+			l.Entries = nil
+			status, out, _ := n.do("GET", fmt.Sprintf("/v1/organization/ledger?after_seq=%d&limit=500", after), key, nil)
+			if status != 200 || json.Unmarshal(out, &l) != nil {
+				n.fail("org%d ledger: %d %s", i, status, out)
+			}
+			for _, e := range l.Entries {
+				fold[e.Kind] += e.Amount
+			}
+			if len(l.Entries) < 500 {
+				break
+			}
+		}
+		reserved, pending, settled := fold["reserve"]-fold["release"], fold["pending"]-fold["settle"], fold["spend"]+fold["settle"]
+		if l.Reserved != 0 || l.Pending != 0 || l.Settled != total[key] || reserved != 0 || pending != 0 || settled != l.Settled || fold["grant"] != l.Granted {
+			bad++
+			log.Printf("org%d ledger: reserved %d, pending %d, settled %d, granted %d; its entries fold to %d, %d, %d, %d; its sessions cost %d",
+				i, l.Reserved, l.Pending, l.Settled, l.Granted, reserved, pending, settled, fold["grant"], total[key])
+		}
+	}
+	return bad, spent
 }
 
 // check compares the run's record with what the client was told.
