@@ -49,7 +49,8 @@ func TestMoney(t *testing.T) {
 	if first.num("max_cost_microusd") != 100_000_000 {
 		t.Fatalf("first session's ceiling: %s", first.Raw)
 	}
-	if l := ledger(); l.num("reserved_microusd") != 100_000_000 || l.num("headroom_microusd") != 0 {
+	if l := ledger(); l.num("reserved_microusd") != 100_000_000 || l.num("headroom_microusd") != 0 || len(l.Body["reservations"].([]any)) != 1 ||
+		l.Body["reservations"].([]any)[0].(map[string]any)["session_id"] != first.str("id") {
 		t.Fatalf("after the first session: %s", l.Raw)
 	}
 	refused := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2"})
@@ -160,7 +161,7 @@ func TestMoney(t *testing.T) {
 		total += c.num("total_microusd")
 	}
 	l := ledger()
-	if l.num("reserved_microusd") != 0 || l.num("pending_spend_microusd") != 0 || l.num("settled_spend_microusd") != total || total != spent+11 ||
+	if l.num("reserved_microusd") != 0 || len(l.Body["reservations"].([]any)) != 0 || l.num("pending_spend_microusd") != 0 || l.num("settled_spend_microusd") != total || total != spent+11 ||
 		l.num("headroom_microusd") != 120_000_000-total || l.num("balance_microusd") != 20_000_000-total {
 		t.Fatalf("the ledger after both sessions closed (their cost %d): %s", total, l.Raw)
 	}

@@ -271,19 +271,28 @@ func offersOf(list []actors.Offer) *offersPage {
 // ledgerView is an organization's ledger (GET /v1/organization/ledger):
 // its sums and settings, the formulas' results, and a page of its entries.
 type ledgerView struct {
-	Organization   string      `json:"organization"`
-	Mode           string      `json:"mode"` // test or live: the keys' mode, each with its own ledger
-	Balance        int64       `json:"balance_microusd"`
-	Granted        int64       `json:"granted_microusd"`
-	SettledSpend   int64       `json:"settled_spend_microusd"`
-	PendingSpend   int64       `json:"pending_spend_microusd"`
-	Reserved       int64       `json:"reserved_microusd"`
-	CreditFloor    int64       `json:"credit_floor_microusd"`
-	Headroom       int64       `json:"headroom_microusd"`
-	DefaultCeiling *int64      `json:"default_ceiling_microusd"`
-	ByokCredential *string     `json:"byok_credential_id"` // funds sessions by default
-	Entries        []entryView `json:"entries"`
-	NextAfterSeq   int64       `json:"next_after_seq"`
+	Organization   string            `json:"organization"`
+	Mode           string            `json:"mode"` // test or live: the keys' mode, each with its own ledger
+	Balance        int64             `json:"balance_microusd"`
+	Granted        int64             `json:"granted_microusd"`
+	SettledSpend   int64             `json:"settled_spend_microusd"`
+	PendingSpend   int64             `json:"pending_spend_microusd"`
+	Reserved       int64             `json:"reserved_microusd"`
+	CreditFloor    int64             `json:"credit_floor_microusd"`
+	Headroom       int64             `json:"headroom_microusd"`
+	DefaultCeiling *int64            `json:"default_ceiling_microusd"`
+	ByokCredential *string           `json:"byok_credential_id"` // funds sessions by default
+	Reservations   []reservationView `json:"reservations"`
+	Entries        []entryView       `json:"entries"`
+	NextAfterSeq   int64             `json:"next_after_seq"`
+}
+
+// reservationView is a live platform session's reservation.
+type reservationView struct {
+	SessionID string `json:"session_id"`
+	Reserved  int64  `json:"reserved_microusd"` // its max_cost_microusd
+	Spent     int64  `json:"spent_microusd"`    // settled or pending
+	Held      int64  `json:"held_microusd"`     // its queued and executing operations' estimates
 }
 
 type entryView struct {
@@ -304,6 +313,10 @@ func ledgerOf(t persistence.Tenant, st *ledger.Statement) *ledgerView {
 	v := &ledgerView{Organization: t.Org, Mode: mode, Balance: a.Balance(), Granted: a.Granted, SettledSpend: a.Settled,
 		PendingSpend: a.Pending, Reserved: a.Reserved, CreditFloor: ledger.Floor, Headroom: a.Headroom(),
 		DefaultCeiling: a.DefaultCeiling, ByokCredential: orNull(a.ByokCredential), Entries: make([]entryView, len(st.Entries)), NextAfterSeq: st.NextAfterSeq}
+	v.Reservations = make([]reservationView, len(st.Reservations))
+	for i, r := range st.Reservations {
+		v.Reservations[i] = reservationView{SessionID: r.SessionID, Reserved: *r.Budget.Ceiling, Spent: r.Budget.Spent(), Held: r.Budget.Held}
+	}
 	for i, e := range st.Entries {
 		v.Entries[i] = entryView{Seq: e.Seq, Kind: e.Kind, Amount: e.Amount, SessionID: orNull(e.SessionID), Note: orNull(e.Note), At: e.At}
 	}

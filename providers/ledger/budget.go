@@ -46,6 +46,9 @@ func Open(tx persistence.Tx, t persistence.Tenant, sessionID string, platform bo
 			return nil, err
 		}
 		b.Ceiling = &amount
+		if err := tx.Put(persistence.Reserved, reservedKey(t, sessionID), true); err != nil {
+			return nil, err
+		}
 	}
 	return b.Ceiling, put(tx, sessionID, b)
 }
@@ -154,6 +157,9 @@ func End(tx persistence.Tx, id string, now time.Time) error {
 	}
 	b.Ended = true
 	if b.Platform {
+		if err := tx.Delete(persistence.Reserved, reservedKey(b.Tenant, id)); err != nil {
+			return err
+		}
 		if err := bookOn(tx, b.Tenant, id, now,
 			Entry{Kind: Release, Amount: max(*b.Ceiling-b.Held, 0)}, Entry{Kind: Spend, Amount: b.Settled}, Entry{Kind: Pending, Amount: b.Pending}); err != nil {
 			return err

@@ -131,6 +131,11 @@ func accountKey(t persistence.Tenant) []byte {
 	return fmt.Appendf(nil, "%s\x00%t", t.Org, t.Live)
 }
 
+// reservedKey is the key of tenant t's live platform session id.
+func reservedKey(t persistence.Tenant, id string) []byte {
+	return append(append(accountKey(t), 0), id...)
+}
+
 // entryKey is the key of tenant t's entry seq: the account key, a zero
 // byte, and seq big-endian, so that a tenant's entries sort in order.
 func entryKey(t persistence.Tenant, seq int64) []byte {
@@ -222,23 +227,43 @@ func Entries(tx persistence.Tx, t persistence.Tenant, after int64, fn func(e *En
 	})
 }
 
-// Statement is a tenant's account and a page of its entries.
+// Statement is a tenant's account, its live platform sessions'
+// reservations, and a page of its entries.
 type Statement struct {
 	Account      Account
+	Reservations []Reservation
 	Entries      []Entry
 	NextAfterSeq int64
 }
 
-// StatementOf reads tenant t's account and up to limit of its entries after
-// seq after, at one revision of the store.
+// Reservation is a live platform session's: its ceiling, reserved on the
+// ledger, and what of it is spent and held.
+type Reservation struct {
+	SessionID string
+	Budget    Budget
+}
+
+// StatementOf reads tenant t's account, its reservations and up to limit
+// of its entries after seq after, at one revision of the store.
 func StatementOf(st persistence.Store, t persistence.Tenant, after int64, limit int) (*Statement, error) {
-	s := &Statement{Entries: []Entry{}, NextAfterSeq: after}
+	s := &Statement{Reservations: []Reservation{}, Entries: []Entry{}, NextAfterSeq: after}
 	err := st.View(func(tx persistence.Tx) error {
 		a, err := Get(tx, t)
 		if err != nil {
 			return err
 		}
 		s.Account = *a
+		err = tx.Scan(persistence.Reserved, append(accountKey(t), 0), nil, func(k, _ []byte) (bool, error) {
+			id := string(k[len(accountKey(t))+1:])
+			b, err := get(tx, id)
+			if err == nil && b != nil {
+				s.Reservations = append(s.Reservations, Reservation{SessionID: id, Budget: *b})
+			}
+			return true, err
+		})
+		if err != nil {
+			return err
+		}
 		return Entries(tx, t, after, func(e *Entry) bool {
 			s.Entries = append(s.Entries, *e)
 			s.NextAfterSeq = e.Seq

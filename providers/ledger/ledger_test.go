@@ -308,6 +308,9 @@ func ledgerProperties(t *testing.T, seed uint64) {
 		if a.Reserved != 0 || a.Pending != 0 {
 			t.Errorf("%s: every session ended and settled, but %d reserved and %d pending", tn.Org, a.Reserved, a.Pending)
 		}
+		if s, err := StatementOf(st, tn, 0, 1); err != nil || len(s.Reservations) != 0 {
+			t.Errorf("%s: every session ended, but reservations %+v (%v)", tn.Org, s.Reservations, err)
+		}
 		if a.Settled != spent[i].Load() || a.Granted != granted[i].Load() {
 			t.Errorf("%s: settled %d, granted %d; the sessions were charged %d and granted %d", tn.Org, a.Settled, a.Granted, spent[i].Load(), granted[i].Load())
 		}
