@@ -345,6 +345,55 @@ func TestDedicatedTrainersClusterWide(t *testing.T) {
 	}
 }
 
+// A provider_a session's dedicated trainer follows its run: when the node
+// it was reserved on stops, the run is placed anew and trains on the other
+// node, which counts the trainer from then on (full at its two, where it
+// would otherwise take a third session).
+func TestDedicatedTrainerFollowsItsRun(t *testing.T) {
+	srv, data := voter(t)
+	reg := nodetest.Registry(t)
+	cfg := actors.Config{Registry: reg, DedicatedTrainers: 2}
+	a := startMemberWith(t, "a", data, srv, cfg)
+	b := startMemberWith(t, "b", data, srv, cfg, a.gossip.Addr())
+	waitSees(t, 2, a, b)
+	nodetest.Credit(t, a.sys)
+	m, _ := reg.Catalog().Lookup("tiny")
+	var runs [2]string
+	var trainers [2]string
+	for i := range 2 {
+		ss, _, err := a.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: fmt.Sprint("s", i), Provider: "provider_a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr, err := a.sys.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
+			TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = rr.Run.ID
+		var rec persistence.Session
+		if err := a.sys.Store().View(func(tx persistence.Tx) error { _, err := persistence.GetSession(tx, ss.ID, &rec); return err }); err != nil {
+			t.Fatal(err)
+		}
+		trainers[i] = rec.TrainerMember
+	}
+	if trainers[0] == trainers[1] {
+		t.Fatalf("both sessions' trainers on %s", trainers[0])
+	}
+	gone, stays := a, b
+	if trainers[0] == b.sys.Node().Self {
+		gone, stays = b, a
+	}
+	gone.sys.Stop(context.Background())
+	t.Cleanup(func() { stays.sys.Stop(context.Background()) })
+	waitSees(t, 1, stays)
+	op, _ := submitVia(t, stays.sys, runs[0], 1)
+	nodetest.Loss(t, op)
+	if _, _, err := stays.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: "s2", Provider: "provider_a"}); protocol.AsError(err).Code != protocol.CodeProviderFull {
+		t.Fatalf("a third provider_a session on the node whose two trainers the runs hold: %v", err)
+	}
+}
+
 // The membership splits in two while both sides keep running and keep the
 // store (the worst case: each side places the run on itself, and each
 // activation can reach the store). A run trained through one side, then

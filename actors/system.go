@@ -245,7 +245,7 @@ func Start(cfg Config) (*System, error) {
 		return nil, err
 	}
 	n.Router.Cluster = s.cluster
-	n.Trainers = s.trainers
+	n.Trainers, n.Self = s.trainers, s.actors.ID
 	if cfg.Gossip != nil {
 		n.Router.Watch()
 		s.actors.EventStream.Subscribe(s.membersLeft)

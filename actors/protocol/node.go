@@ -49,8 +49,10 @@ type Node struct {
 	// component is settled (actors/usage, Settler).
 	SettleAfter time.Duration
 	// Trainers lists the members that host runs and the dedicated
-	// trainers each offers (provider_a's, actors/slots).
+	// trainers each offers (provider_a's, actors/slots); Self is this
+	// node's member id among them.
 	Trainers func() []slots.Member
+	Self     string
 }
 
 // Now is the node's time, in UTC.

@@ -100,6 +100,11 @@ func (g *Grain) activate() error {
 		}
 		r.NextSeqID = h.NextSeqID
 		wasTerminal := states.Terminal(states.RunMoves, r.Status)
+		if !wasTerminal { // its session's dedicated trainer is where it lives
+			if err := slots.Follow(tx, r.SessionID, g.N.Self); err != nil {
+				return err
+			}
+		}
 		g.Queue, g.parsed, g.Executing, g.dispatched = g.Queue[:0], map[int64]payload.Parsed{}, 0, false
 		now := g.N.Now()
 		err := persistence.ScanOps(tx, r.ID, 0, func(op *persistence.Operation) error {

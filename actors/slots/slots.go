@@ -63,6 +63,21 @@ func Release(tx persistence.Tx, session string) error {
 	return change(tx, member, session, -1)
 }
 
+// Follow moves session's dedicated trainer, if it holds one, to member,
+// where its run now lives (the member it was reserved on died or left,
+// and the run was placed anew): it is counted there, past that member's
+// count if need be, so that new sessions see the member as full as it is.
+func Follow(tx persistence.Tx, session, member string) error {
+	var held string
+	if ok, err := tx.Get(persistence.Slots, sessionKey(session), &held); err != nil || !ok || held == member {
+		return err
+	}
+	if err := change(tx, held, session, -1); err != nil {
+		return err
+	}
+	return change(tx, member, session, +1)
+}
+
 // change counts session's reservation on member in (+1) or out (-1).
 func change(tx persistence.Tx, member, session string, by int) error {
 	var n int

@@ -57,4 +57,15 @@ func TestReserve(t *testing.T) {
 	if _, err := reserve("s5"); !errors.Is(err, ErrFull) {
 		t.Fatalf("a repeated release freed two: %v", err)
 	}
+	// s3's run moves from b to a: counted on a, past its two, and b is free.
+	if err := st.Update(func(tx persistence.Tx) error { return Follow(tx, "s3", "a") }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reserve("s5"); err != nil || got != "b" {
+		t.Fatalf("after s3 followed its run to a: %q %v", got, err)
+	}
+	release("s3")
+	if _, err := reserve("s6"); !errors.Is(err, ErrFull) {
+		t.Fatalf("a, over its count, freed a trainer when s3 was released: %v", err)
+	}
 }
