@@ -298,6 +298,28 @@ func TestCreditFloorClusterWide(t *testing.T) {
 	}
 }
 
+// dedicatedRun creates, through via, a provider_a session (request id) and
+// its run, and returns the run's id and the member of its session's
+// dedicated trainer.
+func dedicatedRun(t *testing.T, via *member, request string) (run, trainer string) {
+	t.Helper()
+	ss, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: request, Provider: "provider_a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := via.sys.Registry().Catalog().Lookup("tiny")
+	rr, err := via.sys.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
+		TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec persistence.Session
+	if err := via.sys.Store().View(func(tx persistence.Tx) error { _, err := persistence.GetSession(tx, ss.ID, &rec); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return rr.Run.ID, rec.TrainerMember
+}
+
 // Two nodes offer one dedicated trainer each: two provider_a sessions,
 // whichever node creates them, hold one on each node, a third is refused,
 // and each session's run is placed on its trainer's node and trains there.
@@ -306,37 +328,24 @@ func TestDedicatedTrainersClusterWide(t *testing.T) {
 	reg := nodetest.Registry(t)
 	a, b := pair(t, srv, data, actors.Config{Registry: reg, DedicatedTrainers: 1})
 	nodetest.Credit(t, a.sys)
-	m, _ := reg.Catalog().Lookup("tiny")
 	held := map[string]bool{}
-	for i, via := range []*member{a, a} {
-		ss, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: fmt.Sprint("s", i), Provider: "provider_a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr, err := via.sys.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
-			TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, _ := submitVia(t, b.sys, rr.Run.ID, 1)
+	for i, via := range []*member{a, b} {
+		run, trainer := dedicatedRun(t, via, fmt.Sprint("s", i))
+		op, _ := submitVia(t, []*member{b, a}[i].sys, run, 1)
 		nodetest.Loss(t, op)
-		var rec persistence.Session
 		var placed struct {
 			Member string `msgpack:"m"`
 		}
 		if err := a.sys.Store().View(func(tx persistence.Tx) error {
-			if _, err := persistence.GetSession(tx, ss.ID, &rec); err != nil {
-				return err
-			}
-			_, err := tx.Get(persistence.Placements, []byte(protocol.RunKind+"/"+rr.Run.ID), &placed)
+			_, err := tx.Get(persistence.Placements, []byte(protocol.RunKind+"/"+run), &placed)
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if rec.TrainerMember == "" || placed.Member != rec.TrainerMember || held[rec.TrainerMember] {
-			t.Fatalf("session %d: trainer on %q, run placed on %q (trainers held: %v)", i, rec.TrainerMember, placed.Member, held)
+		if trainer == "" || placed.Member != trainer || held[trainer] {
+			t.Fatalf("session %d: trainer on %q, run placed on %q (trainers held: %v)", i, trainer, placed.Member, held)
 		}
-		held[rec.TrainerMember] = true
+		held[trainer] = true
 	}
 	for _, via := range []*member{a, b} {
 		if _, _, err := via.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: "s3", Provider: "provider_a"}); protocol.AsError(err).Code != protocol.CodeProviderFull {
@@ -357,25 +366,9 @@ func TestDedicatedTrainerFollowsItsRun(t *testing.T) {
 	b := startMemberWith(t, "b", data, srv, cfg, a.gossip.Addr())
 	waitSees(t, 2, a, b)
 	nodetest.Credit(t, a.sys)
-	m, _ := reg.Catalog().Lookup("tiny")
-	var runs [2]string
-	var trainers [2]string
+	var runs, trainers [2]string
 	for i := range 2 {
-		ss, _, err := a.sys.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: fmt.Sprint("s", i), Provider: "provider_a"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr, err := a.sys.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
-			TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runs[i] = rr.Run.ID
-		var rec persistence.Session
-		if err := a.sys.Store().View(func(tx persistence.Tx) error { _, err := persistence.GetSession(tx, ss.ID, &rec); return err }); err != nil {
-			t.Fatal(err)
-		}
-		trainers[i] = rec.TrainerMember
+		runs[i], trainers[i] = dedicatedRun(t, a, fmt.Sprint("s", i))
 	}
 	if trainers[0] == trainers[1] {
 		t.Fatalf("both sessions' trainers on %s", trainers[0])
