@@ -357,7 +357,7 @@ func TestDedicatedTrainersClusterWide(t *testing.T) {
 // A provider_a session's dedicated trainer follows its run: when the node
 // it was reserved on stops, the run is placed anew and trains on the other
 // node, which counts the trainer from then on (full at its two, where it
-// would otherwise take a third session).
+// would otherwise take a session more).
 func TestDedicatedTrainerFollowsItsRun(t *testing.T) {
 	srv, data := voter(t)
 	reg := nodetest.Registry(t)

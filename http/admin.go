@@ -162,7 +162,12 @@ func OrgLedger(st persistence.Store, op string, req OrgRequest, now time.Time) (
 			return nil, err
 		}
 	}
-	err := st.Update(func(tx persistence.Tx) (err error) {
+	in := st.Update
+	if op == "show" {
+		in = st.View
+	}
+	var entries int64 // how many the ledger has, to show its last ones
+	err := in(func(tx persistence.Tx) (err error) {
 		switch op {
 		case "credit":
 			_, err = ledger.Credit(tx, t, req.MicroUSD, req.Note, now)
@@ -177,16 +182,20 @@ func OrgLedger(st persistence.Store, op string, req OrgRequest, now time.Time) (
 		default:
 			err = fmt.Errorf("unknown organization command %q", op)
 		}
+		if err != nil {
+			return err
+		}
+		a, err := ledger.Get(tx, t)
+		if err == nil {
+			entries = a.Entries
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	s, err := ledger.StatementOf(st, t, 0, 1)
+	s, err := ledger.StatementOf(st, t, max(entries-orgEntries, 0), orgEntries)
 	if err != nil {
-		return nil, err
-	}
-	if s, err = ledger.StatementOf(st, t, max(s.Account.Entries-orgEntries, 0), orgEntries); err != nil {
 		return nil, err
 	}
 	return ledgerOf(t, s), nil

@@ -42,16 +42,16 @@ func TestMoney(t *testing.T) {
 		t.Fatalf("a fresh organization's ledger: %s", l.Raw)
 	}
 
-	// The first session without a ceiling reserves all 100 USD of headroom
+	// Session s1, without a ceiling, reserves all 100 USD of headroom
 	// above the floor; a second has none left.
 	first := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s1"})
 	n.want(first, 201, "")
 	if first.num("max_cost_microusd") != 100_000_000 {
-		t.Fatalf("first session's ceiling: %s", first.Raw)
+		t.Fatalf("s1's ceiling: %s", first.Raw)
 	}
 	if l := ledger(); l.num("reserved_microusd") != 100_000_000 || l.num("headroom_microusd") != 0 || len(l.Body["reservations"].([]any)) != 1 ||
 		l.Body["reservations"].([]any)[0].(map[string]any)["session_id"] != first.str("id") {
-		t.Fatalf("after the first session: %s", l.Raw)
+		t.Fatalf("after s1: %s", l.Raw)
 	}
 	refused := n.do("POST", "/v1/training/sessions", key, map[string]any{"request_id": "s2"})
 	n.want(refused, 402, "insufficient_credit")

@@ -52,7 +52,13 @@ func Once[T any](tx Tx, key []byte, b Bucket, id string, fresh *T, admit func() 
 	return fresh, true, tx.Put(b, []byte(id), fresh)
 }
 
+// TenantKey is the key that starts tenant t's records in a keyspace
+// shared by tenants.
+func TenantKey(t Tenant) []byte {
+	return fmt.Appendf(nil, "%s\x00%t", t.Org, t.Live)
+}
+
 // RequestKey is the request_id index key of a creation in a scope.
 func RequestKey(t Tenant, scope, requestID string) []byte {
-	return fmt.Appendf(nil, "%s\x00%t\x00%s\x00%s", t.Org, t.Live, scope, requestID)
+	return fmt.Appendf(TenantKey(t), "\x00%s\x00%s", scope, requestID)
 }

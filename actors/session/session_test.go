@@ -197,7 +197,7 @@ func TestDedicatedTrainers(t *testing.T) {
 	if b, err := create("b1", "auto"); err != nil || b.Provider != "provider_b" {
 		t.Fatalf("auto with provider_a full: %+v %v", b, err)
 	}
-	// The first session's run finishes: its trainer is free again.
+	// Session a1's run finishes: its trainer is free again.
 	m, _ := reg.Catalog().Lookup("tiny")
 	rr, err := s.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: first.ID, RequestID: "r", BaseModel: "tiny", ModelRevision: m.Revision,
 		TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})

@@ -6,7 +6,7 @@
 // An account's sums are kept beside its entries so that a check reads one
 // record; every change to them is an entry (never an overwritten number)
 // written in the same transaction, so the sums are always the fold of the
-// entries (Fold). Both live in the store, so the rules hold across the
+// entries (the tests fold them). Both live in the store, so the rules hold across the
 // nodes of a cluster: two creations that race read and write the same
 // account record, and the store lets only one of them commit on what it
 // read.
@@ -116,30 +116,22 @@ func (a *Account) apply(e *Entry) {
 	}
 }
 
-// Fold is the sums a ledger's entries give, in order.
-func Fold(entries []Entry) Account {
-	var a Account
-	for i := range entries {
-		a.apply(&entries[i])
-		a.Entries = entries[i].Seq
-	}
-	return a
-}
-
 // accountKey is tenant t's account key.
-func accountKey(t persistence.Tenant) []byte {
-	return fmt.Appendf(nil, "%s\x00%t", t.Org, t.Live)
-}
+func accountKey(t persistence.Tenant) []byte { return persistence.TenantKey(t) }
+
+// within is the prefix of tenant t's entries and reservations: its
+// account key and a zero byte.
+func within(t persistence.Tenant) []byte { return append(accountKey(t), 0) }
 
 // reservedKey is the key of tenant t's live platform session id.
 func reservedKey(t persistence.Tenant, id string) []byte {
-	return append(append(accountKey(t), 0), id...)
+	return append(within(t), id...)
 }
 
-// entryKey is the key of tenant t's entry seq: the account key, a zero
-// byte, and seq big-endian, so that a tenant's entries sort in order.
+// entryKey is the key of tenant t's entry seq: seq big-endian after the
+// tenant's prefix, so that its entries sort in order.
 func entryKey(t persistence.Tenant, seq int64) []byte {
-	return binary.BigEndian.AppendUint64(append(accountKey(t), 0), uint64(seq))
+	return binary.BigEndian.AppendUint64(within(t), uint64(seq))
 }
 
 // Get reads tenant t's account inside tx (the zero account if it has none).
@@ -195,34 +187,34 @@ func SetDefault(tx persistence.Tx, t persistence.Tenant, ceiling *int64) (*Accou
 	if ceiling != nil && *ceiling < 1 {
 		return nil, refuse("validation_error", "a default ceiling must be at least 1 micro-USD, not %d", *ceiling)
 	}
-	a, err := Get(tx, t)
-	if err != nil {
-		return nil, err
-	}
-	a.DefaultCeiling = ceiling
-	return a, tx.Put(persistence.Accounts, accountKey(t), a)
+	return setting(tx, t, func(a *Account) { a.DefaultCeiling = ceiling })
 }
 
 // SetByokCredential sets the provider key that funds tenant t's sessions
 // by default ("": none); the caller has checked it is the tenant's.
 func SetByokCredential(tx persistence.Tx, t persistence.Tenant, id string) (*Account, error) {
+	return setting(tx, t, func(a *Account) { a.ByokCredential = id })
+}
+
+// setting changes a setting of tenant t's account (no entry: settings are
+// not money).
+func setting(tx persistence.Tx, t persistence.Tenant, set func(*Account)) (*Account, error) {
 	a, err := Get(tx, t)
 	if err != nil {
 		return nil, err
 	}
-	a.ByokCredential = id
+	set(a)
 	return a, tx.Put(persistence.Accounts, accountKey(t), a)
 }
 
 // Entries calls fn on tenant t's entries after seq after, in order, until
 // fn returns false.
 func Entries(tx persistence.Tx, t persistence.Tenant, after int64, fn func(e *Entry) bool) error {
-	prefix := append(accountKey(t), 0)
 	var from []byte
 	if after > 0 {
 		from = entryKey(t, after)
 	}
-	return persistence.Each(tx, persistence.Ledger, prefix, from, func(_ []byte, e *Entry) (bool, error) {
+	return persistence.Each(tx, persistence.Ledger, within(t), from, func(_ []byte, e *Entry) (bool, error) {
 		return fn(e), nil
 	})
 }
@@ -253,8 +245,9 @@ func StatementOf(st persistence.Store, t persistence.Tenant, after int64, limit 
 			return err
 		}
 		s.Account = *a
-		err = tx.Scan(persistence.Reserved, append(accountKey(t), 0), nil, func(k, _ []byte) (bool, error) {
-			id := string(k[len(accountKey(t))+1:])
+		prefix := within(t)
+		err = tx.Scan(persistence.Reserved, prefix, nil, func(k, _ []byte) (bool, error) {
+			id := string(k[len(prefix):])
 			b, err := get(tx, id)
 			if err == nil && b != nil {
 				s.Reservations = append(s.Reservations, Reservation{SessionID: id, Budget: *b})

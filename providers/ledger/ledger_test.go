@@ -35,6 +35,16 @@ func code(err error) string {
 	return ""
 }
 
+// fold is the sums a ledger's entries give, in order.
+func fold(entries []Entry) Account {
+	var a Account
+	for i := range entries {
+		a.apply(&entries[i])
+		a.Entries = entries[i].Seq
+	}
+	return a
+}
+
 // check holds tenant t's ledger to its rules: the sums are the fold of the
 // entries, and the headroom is never below zero (the floor is never
 // crossed).
@@ -59,7 +69,7 @@ func audit(st persistence.Store, tn persistence.Tenant) (*Account, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := Fold(entries)
+	f := fold(entries)
 	if f.Granted != a.Granted || f.Settled != a.Settled || f.Pending != a.Pending || f.Reserved != a.Reserved || f.Entries != a.Entries {
 		return nil, fmt.Errorf("%s: account %+v is not the fold of its %d entries %+v", tn.Org, *a, len(entries), f)
 	}
@@ -81,7 +91,7 @@ func TestReservationRules(t *testing.T) {
 		return c, err
 	}
 	// A fresh organization has 100 USD of headroom above the floor: the
-	// first session without a ceiling takes all of it.
+	// session s1, without a ceiling, takes all of it.
 	c, err := openSession("s1", nil)
 	if err != nil || *c != DefaultReservation {
 		t.Fatalf("first default session: %v, %v", c, err)
