@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/auth"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 	"github.com/wts-project/wts/providers/ledger"
 )
 
@@ -129,7 +131,7 @@ func ServeAdmin(sys *actors.System, ln net.Listener) error {
 			}
 			kind := protocol.CredentialHub
 			if req.Provider != "" {
-				if sys.Registry().Row(req.Provider) == nil {
+				if !slices.Contains(providers.Order, req.Provider) {
 					fail(ctx, protocol.CodeValidation, "provider: must be provider_a or provider_b")
 					return
 				}

@@ -1,10 +1,13 @@
 // Package providers holds the two providers' capability rows, the routing of
 // a new session to one of them, and their lease rules.
 //
-// On one node both providers run on the node's own executors; what tells
-// them apart is their contract: provider_a pins model revisions to the
-// catalog commit and caps a session's idle lease at its trainer lifetime,
-// provider_b manages model identity itself.
+// Both providers run on the cluster's own executors; what tells them apart
+// is their contract: provider_a gives each session a dedicated trainer
+// (actors/slots), pins model revisions to the catalog commit, caps a
+// session's idle lease at its trainer lifetime and bills device time that
+// settles later; provider_b runs sessions on a shared pool, manages model
+// identity itself and bills tokens settled at once (billing.go). Each may
+// offer only some of the catalog's models.
 package providers
 
 import (
@@ -65,18 +68,40 @@ type Registry struct {
 	rows    map[string]*Capability
 }
 
-// NewRegistry builds both capability rows over the catalog.
-func NewRegistry(c *Catalog) *Registry {
+// NewRegistry builds the capability rows over the catalog. offers names,
+// per provider, the catalog models it offers; a provider it does not name
+// offers every model, one it names with no model is not offered at all.
+// An operator restricts a provider this way when its contract covers only
+// some models (docs/billing.md).
+func NewRegistry(c *Catalog, offers map[string][]string) (*Registry, error) {
+	for p, models := range offers {
+		if !slices.Contains(Order, p) {
+			return nil, fmt.Errorf("offer for %q: want one of %v", p, Order)
+		}
+		for _, m := range models {
+			if _, ok := c.Lookup(m); !ok {
+				return nil, fmt.Errorf("offer of %s: model %q is not in the catalog %v", p, m, c.Names())
+			}
+		}
+	}
 	r := &Registry{catalog: c, rows: map[string]*Capability{}}
 	for _, p := range Order {
+		models, restricted := offers[p]
+		if !restricted {
+			models = c.Names()
+		}
+		if len(models) == 0 {
+			continue
+		}
+		models = slices.Compact(slices.Sorted(slices.Values(models)))
 		maxSeq := 0
-		for _, n := range c.Names() {
+		for _, n := range models {
 			m, _ := c.Lookup(n)
 			maxSeq = max(maxSeq, m.Config.MaxPos)
 		}
 		r.rows[p] = &Capability{
 			Provider:          p,
-			Models:            c.Names(),
+			Models:            models,
 			Operations:        Operations,
 			SamplerOperations: SamplerOperations,
 			ResourceProfiles: map[string]Profile{DefaultProfile: {
@@ -85,13 +110,16 @@ func NewRegistry(c *Catalog) *Registry {
 			BillingSnapshot: PriceList(p),
 		}
 	}
-	return r
+	if len(r.rows) == 0 {
+		return nil, errors.New("no provider offers a model")
+	}
+	return r, nil
 }
 
 // Catalog is the model catalog behind the rows.
 func (r *Registry) Catalog() *Catalog { return r.catalog }
 
-// Row is provider p's capability row.
+// Row is provider p's capability row, nil when this node does not offer p.
 func (r *Registry) Row(p string) *Capability { return r.rows[p] }
 
 // Route lists, in order, the providers a new session may go to: an

@@ -30,16 +30,27 @@ var Tenant = persistence.Tenant{Org: "acme"}
 
 // Registry is the providers' registry over a generated tiny model.
 func Registry(t testing.TB) *providers.Registry {
+	return RegistryOf(t, "tiny", nil)
+}
+
+// RegistryOf is the registry over a model generated from preset and
+// catalogued as "tiny", with the providers offering what offers says
+// (providers.NewRegistry).
+func RegistryOf(t testing.TB, preset string, offers map[string][]string) *providers.Registry {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := model.Generate("tiny", 3, dir, safetensors.F32); err != nil {
+	if err := model.Generate(preset, 3, dir, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
 	c, err := providers.NewCatalog(map[string]string{"tiny": dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return providers.NewRegistry(c)
+	r, err := providers.NewRegistry(c, offers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // Start starts a node on reg with its data in data.

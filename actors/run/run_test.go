@@ -18,10 +18,7 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/actors/states"
-	"github.com/wts-project/wts/kernels/model"
-	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/persistence"
-	"github.com/wts-project/wts/providers"
 )
 
 // A run's trainer survives a restart: the trainer rebuilt from a snapshot
@@ -265,15 +262,7 @@ func TestExecutorRefusesStaleEpoch(t *testing.T) {
 // run does not put it back behind a sampler that still reports it, and a
 // wake-up (sent when that node has left) hands it again at most once more.
 func TestHandedSampleCutElsewhere(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := model.Generate("tiny-llama3", 3, dir, safetensors.F32); err != nil { // a context of 512: a long sample
-		t.Fatal(err)
-	}
-	c, err := providers.NewCatalog(map[string]string{"tiny": dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := nodetest.Start(t, providers.NewRegistry(c), t.TempDir())
+	s := nodetest.Start(t, nodetest.RegistryOf(t, "tiny-llama3", nil), t.TempDir()) // a context of 512: a long sample
 	defer s.Stop(context.Background())
 	_, run := nodetest.NewRun(t, s)
 	nodetest.Submit(t, s, run.ID, 1, payload.SaveWeightsForSampler, json.RawMessage(`{}`))

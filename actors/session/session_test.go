@@ -229,3 +229,29 @@ func TestDedicatedTrainers(t *testing.T) {
 		t.Fatalf("provider_a once a session closed: %+v %v", a, err)
 	}
 }
+
+// A provider the operator turned off (`wts serve --offer provider_a=`) is
+// skipped by auto routing and refused when named; one that does not offer
+// the model refuses the run, not the session.
+func TestOffers(t *testing.T) {
+	reg := nodetest.RegistryOf(t, "tiny", map[string][]string{"provider_a": {}})
+	s := nodetest.StartWith(t, actors.Config{DataDir: t.TempDir(), Registry: reg})
+	defer s.Stop(context.Background())
+	nodetest.Credit(t, s)
+	if _, _, err := s.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: "a", Provider: "provider_a"}); protocol.AsError(err).Code != protocol.CodeProviderUnavailable {
+		t.Fatalf("naming a provider turned off: %v", err)
+	}
+	ss, _, err := s.CreateSession(protocol.NewSession{Tenant: nodetest.Tenant, RequestID: "auto", Preferences: []string{"provider_a"}})
+	if err != nil || ss.Provider != "provider_b" {
+		t.Fatalf("auto preferring a provider turned off: %+v %v", ss, err)
+	}
+	offers, err := s.Offers()
+	if err != nil || len(offers) != 1 || offers[0].Row.Provider != "provider_b" {
+		t.Fatalf("capabilities list a provider turned off: %+v %v", offers, err)
+	}
+	_, err = s.CreateRun(protocol.NewRun{Tenant: nodetest.Tenant, SessionID: ss.ID, RequestID: "r", BaseModel: "other", ModelRevision: "0000000",
+		TuningMode: "lora", LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true}})
+	if protocol.AsError(err).Code != protocol.CodeModelUnavailable {
+		t.Fatalf("a run on a model its provider does not offer: %v", err)
+	}
+}

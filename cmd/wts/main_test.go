@@ -50,7 +50,8 @@ func TestModelInitInfoSample(t *testing.T) {
 
 func TestBadCommands(t *testing.T) {
 	for _, args := range [][]string{{}, {"nope"}, {"model"}, {"model", "init"}, {"model", "init", "--out", t.TempDir(), "--preset", "huge"},
-		{"model", "init", "--out", t.TempDir(), "--dtype", "int8"}, {"sample"}, {"sample", "--model", t.TempDir()}} {
+		{"model", "init", "--out", t.TempDir(), "--dtype", "int8"}, {"sample"}, {"sample", "--model", t.TempDir()},
+		{"serve", "--offer", "provider_a"}, {"serve", "--offer", "provider_c=small"}} {
 		if err := run(args); err == nil {
 			t.Fatalf("%v accepted", args)
 		}

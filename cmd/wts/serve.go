@@ -47,6 +47,29 @@ func (m modelFlags) Set(v string) error {
 	return nil
 }
 
+// offerFlags collects repeated --offer PROVIDER=MODEL[,MODEL...] flags.
+type offerFlags map[string][]string
+
+func (o offerFlags) String() string { return fmt.Sprint(map[string][]string(o)) }
+
+func (o offerFlags) Set(v string) error {
+	p, list, ok := strings.Cut(v, "=")
+	if !ok || p == "" {
+		return fmt.Errorf("want PROVIDER=MODEL[,MODEL...] (or PROVIDER= to offer none), got %q", v)
+	}
+	if !slices.Contains(providers.Order, p) {
+		return fmt.Errorf("provider %q: want one of %v", p, providers.Order)
+	}
+	models := []string{}
+	for _, m := range strings.Split(list, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			models = append(models, m)
+		}
+	}
+	o[p] = append(o[p], models...)
+	return nil
+}
+
 // defaultModel is the catalog entry of a node started without --model: the
 // small generated model, written under the data folder on first start.
 const defaultModel = "small"
@@ -57,6 +80,8 @@ func serveCmd(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	models := modelFlags{}
 	fs.Var(models, "model", "catalog entry NAME=DIR (HF layout); repeatable. Default: the small generated model")
+	offers := offerFlags{}
+	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	maxBody := fs.Int("max-body", httpapi.DefaultMaxBody, "largest request body in bytes")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long executing work may take to finish")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -125,6 +150,10 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	registry, err := providers.NewRegistry(catalog, offers)
+	if err != nil {
+		return fmt.Errorf("--offer: %w", err)
+	}
 	var weights int64
 	for _, n := range catalog.Names() {
 		m, _ := catalog.Lookup(n)
@@ -136,7 +165,7 @@ func serveCmd(args []string) error {
 		return err
 	}
 	log.Info("memory budget", "budget_bytes", *budget, "model_bytes", weights, "engine_bytes", engine)
-	acfg := actors.Config{DataDir: *data, Registry: providers.NewRegistry(catalog), Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, SettleAfter: *settleAfter, DedicatedTrainers: *dedicated, GrainIdle: *grainIdle,
+	acfg := actors.Config{DataDir: *data, Registry: registry, Log: log, HubEndpoint: *hubEndpoint, SamplerIdle: *samplerIdle, SettleAfter: *settleAfter, DedicatedTrainers: *dedicated, GrainIdle: *grainIdle,
 		Wire:           os.Getenv("WTS_WIRE") == "1", // a test mode: every message msgpack-encoded, as between nodes
 		CredentialsKey: *credentialsKey, Limits: lim, MemoryBudget: engine}
 	own := *data // the node's own files: the admin socket (and in a cluster its store voter)
@@ -288,6 +317,8 @@ func keysCmd(args []string) error {
 	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
 	org := fs.String("org", "", "organization the key belongs to")
 	live := fs.Bool("live", false, "issue a svc_live_ key (default: svc_test_)")
+	offers := offerFlags{}
+	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
 	if err := fs.Parse(args[1:]); err != nil {
@@ -325,6 +356,8 @@ func credentialsCmd(args []string) error {
 	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
 	name := fs.String("name", "", "a label to recognise it by")
 	provider := fs.String("provider", "", "a key to this provider, which funds the organization's byok sessions (default: a model hub token, for exports)")
+	offers := offerFlags{}
+	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
 	credentialsKey := credentialsKeyFlag(fs)
@@ -386,6 +419,8 @@ func credentialsKeyFlag(fs *flag.FlagSet) *string {
 // grains in memory, as its admin socket reports them.
 func nodeCmd(args []string) error {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	offers := offerFlags{}
+	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the running node")
 	node := nodeFlag(fs)
 	if err := fs.Parse(args); err != nil {
