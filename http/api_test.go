@@ -18,6 +18,14 @@ const v1 = "/v1/training"
 func TestTrainingFlow(t *testing.T) {
 	n := newNode(t)
 	key := n.keys["acme"]
+	// The catalog tells a caller the revision a run names.
+	models := n.do("GET", v1+"/models", key, nil)
+	n.want(models, 200, "")
+	if items := models.Body["items"].([]any); len(items) != 1 || items[0].(map[string]any)["name"] != "tiny" ||
+		items[0].(map[string]any)["revision"] != n.revision || items[0].(map[string]any)["tokenizer"] != false ||
+		fmt.Sprint(items[0].(map[string]any)["providers"]) != "[provider_a provider_b]" {
+		t.Fatalf("models: %s", models.Raw)
+	}
 	sid, rid := n.session(key, "flow")
 
 	var ids []string

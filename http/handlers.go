@@ -258,7 +258,6 @@ func ownerPage[P any](param, prefix, what string, list func(persistence.Tenant, 
 	}
 }
 
-// usage lists a session's usage components.
 // offers answers the providers' capability rows and their room now.
 func (s *Server) offers(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
 	list, err := s.sys.Offers()
@@ -266,6 +265,13 @@ func (s *Server) offers(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
 		return err
 	}
 	write(ctx, fasthttp.StatusOK, offersOf(list))
+	return nil
+}
+
+// models answers the model catalog: what a run's base_model and
+// model_revision may name, and which providers offer each.
+func (s *Server) models(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
+	write(ctx, fasthttp.StatusOK, modelsOf(s.sys.Registry()))
 	return nil
 }
 
@@ -284,6 +290,7 @@ func (s *Server) ledger(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	return nil
 }
 
+// usage lists a session's usage components.
 func (s *Server) usage(t persistence.Tenant, sessionID string) (*usagePage, error) {
 	items, err := s.sys.Usage(t, sessionID)
 	if err != nil {

@@ -268,6 +268,36 @@ func offersOf(list []actors.Offer) *offersPage {
 	return p
 }
 
+// modelView is a catalog model as GET /v1/training/models shows it.
+type modelView struct {
+	Name       string   `json:"name"`
+	Revision   string   `json:"revision"`
+	Arch       string   `json:"architecture"`
+	Parameters int      `json:"parameters"`
+	MaxSeqLen  int      `json:"max_seq_len"`
+	Vocab      int      `json:"vocab_size"`
+	Hidden     int      `json:"hidden_size"`
+	Layers     int      `json:"num_layers"`
+	Tokenizer  bool     `json:"tokenizer"`
+	Providers  []string `json:"providers"`
+}
+
+type modelsPage struct {
+	Items []modelView `json:"items"`
+}
+
+func modelsOf(r *providers.Registry) *modelsPage {
+	c := r.Catalog()
+	p := &modelsPage{Items: []modelView{}}
+	for _, name := range c.Names() {
+		m, _ := c.Lookup(name)
+		p.Items = append(p.Items, modelView{Name: name, Revision: m.Revision, Arch: m.Config.ModelType, Parameters: m.Config.ParamCount(),
+			MaxSeqLen: m.Config.MaxPos, Vocab: m.Config.Vocab, Hidden: m.Config.Hidden, Layers: m.Config.Layers,
+			Tokenizer: m.Tokenizer, Providers: r.Offering(name)})
+	}
+	return p
+}
+
 // ledgerView is an organization's ledger (GET /v1/organization/ledger):
 // its sums and settings, the formulas' results, and a page of its entries.
 type ledgerView struct {

@@ -19,6 +19,9 @@ type Model struct {
 	Dir      string
 	Revision string // the catalog commit: a content hash of Dir
 	Config   model.Config
+	// Tokenizer: Dir holds a Hugging Face tokenizer.json, so clients can
+	// give and take text (the service itself works in token ids).
+	Tokenizer bool
 }
 
 // Catalog maps base_model names to model folders.
@@ -44,12 +47,16 @@ func NewCatalog(entries map[string]string) (*Catalog, error) {
 		if err != nil {
 			return nil, fmt.Errorf("catalog model %s: %w", name, err)
 		}
-		c.models[name] = &Model{Name: name, Dir: dir, Revision: rev, Config: cfg}
+		_, err = os.Stat(filepath.Join(dir, TokenizerFile))
+		c.models[name] = &Model{Name: name, Dir: dir, Revision: rev, Config: cfg, Tokenizer: err == nil}
 		c.names = append(c.names, name)
 	}
 	sort.Strings(c.names)
 	return c, nil
 }
+
+// TokenizerFile is the Hugging Face tokenizer a model folder may hold.
+const TokenizerFile = "tokenizer.json"
 
 // Lookup returns the entry for name.
 func (c *Catalog) Lookup(name string) (*Model, bool) {

@@ -119,6 +119,17 @@ func NewRegistry(c *Catalog, offers map[string][]string) (*Registry, error) {
 // Catalog is the model catalog behind the rows.
 func (r *Registry) Catalog() *Catalog { return r.catalog }
 
+// Offering lists, in the service's order, the providers that offer model.
+func (r *Registry) Offering(model string) []string {
+	out := []string{}
+	for _, p := range Order {
+		if row := r.rows[p]; row != nil && slices.Contains(row.Models, model) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Row is provider p's capability row, nil when this node does not offer p.
 func (r *Registry) Row(p string) *Capability { return r.rows[p] }
 
