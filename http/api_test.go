@@ -127,8 +127,21 @@ func TestTrainingFlow(t *testing.T) {
 func TestSequenceAndIdempotency(t *testing.T) {
 	n := newNode(t)
 	key := n.keys["acme"]
-	_, rid := n.session(key, "seq")
+	sid, rid := n.session(key, "seq")
 	path := v1 + "/runs/" + rid + "/operations"
+
+	// A creation's request_id names one request: the same body (however
+	// spelled) returns what it made, another body is a conflict.
+	same := n.do("POST", v1+"/sessions", key, []byte(` { "request_id" : "seq" } `))
+	n.want(same, 200, "")
+	if same.str("id") != sid {
+		t.Fatalf("a repeated session creation made %s, not %s", same.str("id"), sid)
+	}
+	n.want(n.do("POST", v1+"/sessions", key, map[string]any{"request_id": "seq", "idle_ttl_s": 120}), 409, "idempotency_conflict")
+	n.want(n.do("POST", v1+"/sessions/"+sid+"/runs", key, map[string]any{
+		"request_id": "run-seq", "base_model": "tiny", "model_revision": n.revision, "lora": map[string]any{"rank": 8, "seed": 3}}), 409, "idempotency_conflict")
+	n.want(n.do("POST", v1+"/sessions/"+sid+"/runs", key, map[string]any{
+		"lora": map[string]any{"seed": 3, "rank": 4}, "request_id": "run-seq", "base_model": "tiny", "model_revision": n.revision}), 200, "")
 
 	r := n.do("POST", path, key, op(2, "a", "forward", batch(1, 4, 1)))
 	n.want(r, 409, "seq_id_mismatch")

@@ -155,7 +155,13 @@ func TestCheckpoints(t *testing.T) {
 	for n.do("GET", v1+"/runs/"+ra, key, nil).str("status") != "cancelled" {
 		time.Sleep(10 * time.Millisecond)
 	}
+	if n.do("GET", v1+"/runs/"+ra, key, nil).Body["retired"] != false {
+		t.Error("a run not retired reads retired")
+	}
 	n.want(n.do("POST", v1+"/runs/"+ra+"/retire", key, map[string]any{"request_id": "r"}), 200, "")
+	if r := n.do("GET", v1+"/runs/"+ra, key, nil); r.Body["retired"] != true {
+		t.Errorf("a retired run's GET: %s", r.Raw)
+	}
 	n.stop()
 	n.start()
 	n.submit(key, rb.str("id"), 6, next)

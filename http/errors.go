@@ -70,12 +70,9 @@ var statuses = map[string]int{
 
 	// The engine's input errors, found when a submission is checked against
 	// the run's model.
-	"token_out_of_range":       fasthttp.StatusUnprocessableEntity,
-	"sequence_too_long":        fasthttp.StatusUnprocessableEntity,
-	"empty_input":              fasthttp.StatusUnprocessableEntity,
-	"invalid_loss_inputs":      fasthttp.StatusUnprocessableEntity,
-	"unknown_loss":             fasthttp.StatusUnprocessableEntity,
-	"invalid_optimizer_params": fasthttp.StatusUnprocessableEntity,
+	"token_out_of_range": fasthttp.StatusUnprocessableEntity,
+	"sequence_too_long":  fasthttp.StatusUnprocessableEntity,
+	"empty_input":        fasthttp.StatusUnprocessableEntity,
 }
 
 // retryAfter is the Retry-After (seconds) that goes with the codes a

@@ -22,13 +22,16 @@ func (s *Server) createExport(ctx *fasthttp.RequestCtx, t persistence.Tenant) er
 			"%s: tokens are never accepted in requests; register the hub token with `wts credentials add` and send its credential_id", field)}
 	}
 	var b exportBody
-	if _, err := decodeBody(ctx, &b); err != nil {
+	body, err := decodeBody(ctx, &b)
+	if err != nil {
 		return err
 	}
 	if err := b.check(); err != nil {
 		return err
 	}
-	out, isNew, err := s.sys.CreateExport(b.request(t, id))
+	req := b.request(t, id)
+	req.BodyHash = bodyHash(body)
+	out, isNew, err := s.sys.CreateExport(req)
 	if err != nil {
 		return err
 	}

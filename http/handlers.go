@@ -52,13 +52,16 @@ func byID[T any](param, prefix, what string, read func(persistence.Tenant, strin
 
 func (s *Server) createSession(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
 	var b sessionBody
-	if _, err := decodeBody(ctx, &b); err != nil {
+	body, err := decodeBody(ctx, &b)
+	if err != nil {
 		return err
 	}
 	if err := b.check(); err != nil {
 		return err
 	}
-	sess, isNew, err := s.sys.CreateSession(b.request(t))
+	req := b.request(t)
+	req.BodyHash = bodyHash(body)
+	sess, isNew, err := s.sys.CreateSession(req)
 	if err != nil {
 		return err
 	}
@@ -106,13 +109,16 @@ func (s *Server) createRun(ctx *fasthttp.RequestCtx, t persistence.Tenant) error
 		return err
 	}
 	var b runBody
-	if _, err := decodeBody(ctx, &b); err != nil {
+	body, err := decodeBody(ctx, &b)
+	if err != nil {
 		return err
 	}
 	if err := b.check(); err != nil {
 		return err
 	}
-	r, err := s.sys.CreateRun(b.request(t, id))
+	req := b.request(t, id)
+	req.BodyHash = bodyHash(body)
+	r, err := s.sys.CreateRun(req)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ type runView struct {
 	SamplerID           string          `json:"sampler_id,omitempty"`
 	LatestWeightVersion int64           `json:"latest_weight_version"`
 	ErrorCode           string          `json:"error_code,omitempty"`
+	Retired             bool            `json:"retired"` // its checkpoints' and artifacts' files are gone
 	Metadata            json.RawMessage `json:"metadata,omitempty"`
 	CreatedAt           time.Time       `json:"created_at"`
 	UpdatedAt           time.Time       `json:"updated_at"`
@@ -78,7 +79,7 @@ func runOf(r *persistence.Run) *runView {
 	return &runView{ID: r.ID, SessionID: r.SessionID, Status: r.Status, BaseModel: r.BaseModel, ModelRevision: r.ModelRevision,
 		ResourceProfile: r.ResourceProfile, TuningMode: r.TuningMode, LoRA: loraOf(r.LoRA), CheckpointID: r.CheckpointID,
 		NextSeqID: r.NextSeqID, SamplerID: r.SamplerID, LatestWeightVersion: r.LatestWeightVersion, ErrorCode: r.ErrorCode,
-		Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		Retired: r.Retired, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
 // operationView is an operation handle: its payload, idempotency key,

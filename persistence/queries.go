@@ -1,6 +1,10 @@
 package persistence
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // The store's shared query shapes: what more than one grain (or the node's
 // reads) does with its records.
@@ -29,16 +33,22 @@ func ScanOps(tx Tx, owner string, after int64, fn func(*Operation) error) error 
 
 // Once stores fresh (whose id is id) in bucket b the first time the
 // request key is seen, and later reads back what that first time stored; it
-// says whether this call stored it (or, with an error, tried to). admit,
-// when set, may refuse a new record before anything is written (a limit).
-func Once[T any](tx Tx, key []byte, b Bucket, id string, fresh *T, admit func() error) (*T, bool, error) {
+// says whether this call stored it (or, with an error, tried to). hash is
+// the request's body hash: a later request with the same key and another
+// body is refused with ErrRequestReused. admit, when set, may refuse a new
+// record before anything is written (a limit).
+func Once[T any](tx Tx, key []byte, b Bucket, id, hash string, fresh *T, admit func() error) (*T, bool, error) {
 	var prev string
 	if ok, err := tx.Get(Requests, key, &prev); err != nil || ok {
 		if err != nil {
 			return nil, false, err
 		}
+		prevID, prevHash, _ := strings.Cut(prev, "\x00")
+		if !SameRequest(prevHash, hash) {
+			return nil, false, ErrRequestReused
+		}
 		v := new(T)
-		_, err := tx.Get(b, []byte(prev), v)
+		_, err := tx.Get(b, []byte(prevID), v)
 		return v, false, err
 	}
 	if admit != nil {
@@ -46,10 +56,20 @@ func Once[T any](tx Tx, key []byte, b Bucket, id string, fresh *T, admit func() 
 			return nil, false, err
 		}
 	}
-	if err := tx.Put(Requests, key, id); err != nil {
+	if err := tx.Put(Requests, key, id+"\x00"+hash); err != nil {
 		return nil, true, err
 	}
 	return fresh, true, tx.Put(b, []byte(id), fresh)
+}
+
+// ErrRequestReused refuses a request_id seen before with another body.
+var ErrRequestReused = errors.New("the request_id was used before with another body")
+
+// SameRequest reports whether two body hashes of one request_id name the
+// same request. A record written before bodies were hashed has none, and
+// matches any.
+func SameRequest(stored, hash string) bool {
+	return stored == "" || hash == "" || stored == hash
 }
 
 // TenantKey is the key that starts tenant t's records in a keyspace

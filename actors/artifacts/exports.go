@@ -73,9 +73,12 @@ func (s *Exports) Create(req protocol.NewExport) (*protocol.ExportReply, bool, e
 	var ex *persistence.Export
 	var created bool
 	err = s.N.Store.Update(func(tx persistence.Tx) (err error) {
-		ex, created, err = persistence.Once(tx, key, persistence.Exports, fresh.ID, fresh, nil)
+		ex, created, err = persistence.Once(tx, key, persistence.Exports, fresh.ID, req.BodyHash, fresh, nil)
 		return err
 	})
+	if errors.Is(err, persistence.ErrRequestReused) {
+		return nil, false, protocol.Reused("export", req.RequestID)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create export: %w", err)
 	}

@@ -82,6 +82,12 @@ func Refuse(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Reused refuses a creation whose request_id was used before, in the same
+// scope, with another body: retrying is safe only with the same request.
+func Reused(what, requestID string) *Error {
+	return Refuse(CodeIdempotencyConflict, "request_id %q made a %s from another body; a retry must send the same body, new work a new request_id", requestID, what)
+}
+
 // NotFound is the refusal of a record that is not there, or is another
 // tenant's (ids leak nothing).
 func NotFound(what, id string) *Error {

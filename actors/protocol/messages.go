@@ -50,6 +50,7 @@ type NewSession struct {
 	MaxCostMicroUSD *int64
 	IdleTTLSeconds  int64
 	Metadata        json.RawMessage
+	BodyHash        string // of the request's body: a request_id reused with another is refused
 }
 
 // Session is a session as the API shows it: its record and its lease.
@@ -76,6 +77,7 @@ type NewRun struct {
 	LoRA          *persistence.LoRA
 	CheckpointID  string
 	Metadata      json.RawMessage
+	BodyHash      string // of the request's body: a request_id reused with another is refused
 }
 
 // RunReply is a session grain's answer to a run creation.
@@ -113,6 +115,7 @@ type NewExport struct {
 	Revision     string
 	Private      bool
 	CredentialID string
+	BodyHash     string // of the request's body: a request_id reused with another is refused
 }
 
 // ExportReply is an export as the API shows it: with the published artifact

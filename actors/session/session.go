@@ -54,7 +54,7 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 	var l lease.Lease
 	key := persistence.RequestKey(req.Tenant, "session", req.RequestID)
 	err = n.Store.Update(func(tx persistence.Tx) error {
-		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, fresh, func() error {
+		rec, isNew, err := persistence.Once(tx, key, persistence.Sessions, fresh.ID, req.BodyHash, fresh, func() error {
 			if err := n.Limits.Open(tx, req.Tenant.Org, limits.Sessions); err != nil {
 				return err
 			}
@@ -81,6 +81,9 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 		sess = protocol.SessionView(rec, stored)
 		return err
 	})
+	if errors.Is(err, persistence.ErrRequestReused) {
+		return nil, false, protocol.Reused("session", req.RequestID)
+	}
 	if err != nil {
 		if e := (*protocol.Error)(nil); errors.As(err, &e) {
 			return nil, false, err
@@ -371,6 +374,9 @@ func (g *Grain) createRun(_ actor.Context, in grain.In) (any, error) {
 				return err
 			}
 			if out.Run.RequestID == req.RequestID {
+				if !persistence.SameRequest(out.Run.RequestHash, req.BodyHash) {
+					return protocol.Reused("run", req.RequestID)
+				}
 				return nil
 			}
 			return protocol.Refuse(protocol.CodeRunExists, "session %s already has run %s (a session owns exactly one run)", ss.ID, ss.RunID)
@@ -434,7 +440,7 @@ func (g *Grain) newRun(tx persistence.Tx, ss *persistence.Session, req *protocol
 	}
 	now := g.N.Now()
 	return &persistence.Run{
-		ID: id, SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID,
+		ID: id, SessionID: ss.ID, Tenant: ss.Tenant, RequestID: req.RequestID, RequestHash: req.BodyHash,
 		Status: states.RunCreated, BaseModel: m.Name, ModelRevision: m.Revision, ResourceProfile: providers.DefaultProfile,
 		TuningMode: "lora", LoRA: *req.LoRA, CheckpointID: req.CheckpointID, NextSeqID: 1, Metadata: req.Metadata, CreatedAt: now, UpdatedAt: now,
 	}, nil
