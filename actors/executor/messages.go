@@ -2,6 +2,8 @@ package executor
 
 import (
 	"encoding/json"
+	"math"
+	"time"
 
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/persistence"
@@ -34,6 +36,27 @@ type Progress struct {
 	Epoch    uint64
 	SeqID    int64
 	Progress json.RawMessage
+}
+
+// progressOf is an executing operation's progress as its record shows it:
+// tokens done of the most it may take, at what rate since it started, and
+// for a sample its sequences done of those asked for (nil otherwise).
+func progressOf(done, total int, sequences []int, since time.Time) json.RawMessage {
+	p := struct {
+		TokensDone     int     `json:"tokens_done"`
+		TokensTotal    int     `json:"tokens_total"`
+		TokensPerS     float64 `json:"tokens_per_s"`
+		SequencesDone  *int    `json:"sequences_done,omitempty"`
+		SequencesTotal *int    `json:"sequences_total,omitempty"`
+	}{TokensDone: done, TokensTotal: total}
+	if s := time.Since(since).Seconds(); s > 0 {
+		p.TokensPerS = math.Round(float64(done)/s*10) / 10
+	}
+	if len(sequences) == 2 {
+		p.SequencesDone, p.SequencesTotal = &sequences[0], &sequences[1]
+	}
+	raw, _ := json.Marshal(p)
+	return raw
 }
 
 // loraConfig is the engine configuration of a run's adapter.

@@ -43,6 +43,7 @@ type Reports interface {
 	RunSnapshotted(runID string, s Snapshotted)
 	SamplerStarted(samplerID string, s Started)
 	SamplerDone(samplerID string, d *Done)
+	SamplerProgress(samplerID string, p Progress)
 	SamplerSynced(samplerID string, s Synced)
 }
 

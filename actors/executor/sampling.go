@@ -93,8 +93,9 @@ type flight struct {
 	req       sampler.Request
 	stream    *sampler.Stream // once started
 	start     time.Time
-	cancelled bool  // its operation was cancelled: it ends at the next step
-	kv        int64 // the memory its KV caches took, once launched
+	cancelled bool      // its operation was cancelled: it ends at the next step
+	kv        int64     // the memory its KV caches took, once launched
+	reported  time.Time // its last progress report (or its start)
 }
 
 // heldAdapter is a sampler's adapter, prepared for decoding.
@@ -270,12 +271,17 @@ func (e *Sampling) launch() {
 	}
 }
 
-// started tells a sampler that its operation's work began (it marks it
-// executing); a run-scoped sample's run operation is executing already.
+// started tells the grain that hears the job's outcome that its work
+// began, which marks its operation executing: a sampler's, or for a
+// run-scoped sample the run's (the trainer's part, saving the weights,
+// often ends before the trainer would have marked it).
 func (e *Sampling) started(j *SamplingJob) {
-	if !j.ForRun {
-		e.sys.env.Reports.SamplerStarted(j.ReplyID, Started{Epoch: j.Epoch, SeqID: j.SeqID})
+	st := Started{Epoch: j.Epoch, SeqID: j.SeqID}
+	if j.ForRun {
+		e.sys.env.Reports.RunStarted(j.ReplyID, st)
+		return
 	}
+	e.sys.env.Reports.SamplerStarted(j.ReplyID, st)
 }
 
 // take carries out a command: a sync or a logprobs at once, a sample by
@@ -417,7 +423,7 @@ func (e *Sampling) start(j *SamplingJob, start time.Time) {
 
 // fly puts a sample in flight: it decodes a token a step with the others.
 func (e *Sampling) fly(j *SamplingJob, h *heldAdapter, p payload.Parsed, start time.Time) {
-	e.starting = append(e.starting, &flight{job: j, held: h, req: p.(*payload.SamplePayload).Request(), start: start})
+	e.starting = append(e.starting, &flight{job: j, held: h, req: p.(*payload.SamplePayload).Request(), start: start, reported: time.Now()})
 }
 
 // logprobs scores a sequence at once, once its KV cache fits the budget.
@@ -474,11 +480,30 @@ func (e *Sampling) step(ar *transformer.Arena[float32]) {
 			}
 			e.end(f, succeeded(sampleResult{res, f.job.Version}, tokens))
 		default:
+			e.progress(f)
 			left = append(left, f)
 		}
 	}
 	clear(e.flying[len(left):])
 	e.flying = left
+}
+
+// progress reports a request's tokens and sequences so far to its
+// operation's grain, every progressEvery: a short sample reports none.
+func (e *Sampling) progress(f *flight) {
+	now := time.Now()
+	if now.Sub(f.reported) < progressEvery {
+		return
+	}
+	f.reported = now
+	tokens, stopped := f.stream.Progress()
+	n := f.req.NumSamples
+	p := Progress{Epoch: f.job.Epoch, SeqID: f.job.SeqID, Progress: progressOf(tokens, n*f.req.Params.MaxTokens, []int{stopped, n}, f.start)}
+	if f.job.ForRun {
+		e.sys.env.Reports.RunProgress(f.job.ReplyID, p)
+		return
+	}
+	e.sys.env.Reports.SamplerProgress(f.job.ReplyID, p)
 }
 
 // byModel groups items by their base model, in the order first seen.

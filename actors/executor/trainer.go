@@ -516,12 +516,12 @@ func (e *Trainer) step(t *task) (*Done, error) {
 		}
 		t.ts = ts
 		e.markStarted(t)
-		last := time.Now() // the first report after progressEvery: short work writes none
+		started := time.Now()
+		last := started // the first report after progressEvery: short work writes none
 		t.ctx = train.WithProgress(t.ctx, func(doneTokens, total int) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
-				p, _ := json.Marshal(map[string]int{"tokens_done": doneTokens, "tokens_total": total})
-				e.sys.env.Reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: p})
+				e.sys.env.Reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: progressOf(doneTokens, total, nil, started)})
 			}
 		})
 	}

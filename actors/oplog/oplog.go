@@ -312,6 +312,26 @@ func StartReport(in grain.In, epoch uint64, executing int64) (*executor.Started,
 	return st, nil
 }
 
+// ProgressReport decodes an executor's progress report: nil unless it is
+// on the operation this activation is executing.
+func ProgressReport(in grain.In, epoch uint64, executing int64) (*executor.Progress, error) {
+	p, err := grain.Decode[executor.Progress](in)
+	if err != nil || p.Epoch != epoch || p.SeqID != executing {
+		return nil, err
+	}
+	return p, nil
+}
+
+// MarkProgress records progress p on its operation while it executes.
+func (o *Owner) MarkProgress(tx persistence.Tx, p *executor.Progress, now time.Time) error {
+	op, err := o.Op(tx, p.SeqID)
+	if err != nil || op.Status != states.OpExecuting {
+		return err
+	}
+	op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = p.Progress, &now, now
+	return o.PutOp(tx, op)
+}
+
 // EndWith ends op as report d says, with its result and its usage at
 // prices p.
 func EndWith(op *persistence.Operation, d *executor.Done, p *usage.Prices, now time.Time) error {

@@ -53,6 +53,7 @@ const (
 	SamplerWake         = "sampler.wake"
 	SamplerExecStarted  = "sampler.exec_started"
 	SamplerExecDone     = "sampler.exec_done"
+	SamplerExecProgress = "sampler.exec_progress"
 	SamplerSynced       = "sampler.synced"
 	SamplerRemind       = SamplerKind + remindMsg
 )
@@ -161,9 +162,10 @@ func (c SamplerRef) RunEnded(u WeightsUpdate)  { c.notify(SamplerRunEnded, u) }
 func (c SamplerRef) SampleForRun(rs RunSample) { c.notify(SamplerSampleForRun, rs) }
 
 // The sampling executor's reports to the sampler.
-func (c SamplerRef) ExecStarted(st executor.Started) { c.report(SamplerExecStarted, st) }
-func (c SamplerRef) ExecDone(d *executor.Done)       { c.report(SamplerExecDone, d) }
-func (c SamplerRef) Synced(s executor.Synced)        { c.report(SamplerSynced, s) }
+func (c SamplerRef) ExecStarted(st executor.Started)  { c.report(SamplerExecStarted, st) }
+func (c SamplerRef) ExecDone(d *executor.Done)        { c.report(SamplerExecDone, d) }
+func (c SamplerRef) ExecProgress(p executor.Progress) { c.tell(SamplerExecProgress, p) }
+func (c SamplerRef) Synced(s executor.Synced)         { c.report(SamplerSynced, s) }
 
 // The executors' commands.
 func (n *Node) ExecJob(j *executor.Job)       { n.Router.Send(n.TrainerPID, executor.MsgJob, j) }
@@ -191,4 +193,5 @@ func (r Reports) RunProgress(id string, p executor.Progress)        { r.N.Run(id
 func (r Reports) RunSnapshotted(id string, sn executor.Snapshotted) { r.N.Run(id).Snapshotted(sn) }
 func (r Reports) SamplerStarted(id string, st executor.Started)     { r.N.Sampler(id).ExecStarted(st) }
 func (r Reports) SamplerDone(id string, d *executor.Done)           { r.N.Sampler(id).ExecDone(d) }
+func (r Reports) SamplerProgress(id string, p executor.Progress)    { r.N.Sampler(id).ExecProgress(p) }
 func (r Reports) SamplerSynced(id string, sy executor.Synced)       { r.N.Sampler(id).Synced(sy) }

@@ -709,17 +709,11 @@ func (g *Grain) handedNow(seq int64) bool {
 }
 
 func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {
-	p, err := grain.Decode[executor.Progress](in)
-	if err != nil || p.Epoch != g.Epoch || p.SeqID != g.Executing {
+	p, err := oplog.ProgressReport(in, g.Epoch, g.Executing)
+	if p == nil {
 		return nil, err
 	}
 	return nil, g.write(func(tx persistence.Tx, _ *persistence.Run) error {
-		op, err := g.Op(tx, p.SeqID)
-		if err != nil || op.Status != states.OpExecuting {
-			return err
-		}
-		now := g.N.Now()
-		op.Progress, op.ProgressUpdatedAt, op.UpdatedAt = p.Progress, &now, now
-		return g.PutOp(tx, op)
+		return g.MarkProgress(tx, p, g.N.Now())
 	})
 }

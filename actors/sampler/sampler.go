@@ -61,6 +61,7 @@ func (g *Grain) Receive(ctx actor.Context) {
 			protocol.SamplerSynced:       g.synced,
 			protocol.SamplerExecStarted:  g.execStarted,
 			protocol.SamplerExecDone:     g.execDone,
+			protocol.SamplerExecProgress: g.execProgress,
 			protocol.SamplerSampleForRun: g.sampleForRun,
 			protocol.SamplerRemind:       g.remind,
 			protocol.SamplerRunEnded:     g.runEnd,
@@ -444,6 +445,18 @@ func (g *Grain) execStarted(_ actor.Context, in grain.In) (any, error) {
 	return nil, g.write(func(tx persistence.Tx, r *persistence.Sampler) error {
 		r.LastActivityAt = g.N.Now()
 		return g.MarkExecuting(tx, st.SeqID, r.LastActivityAt)
+	})
+}
+
+// execProgress records the sampling executor's progress on the executing
+// operation: tokens and sequences so far.
+func (g *Grain) execProgress(_ actor.Context, in grain.In) (any, error) {
+	p, err := oplog.ProgressReport(in, g.Epoch, g.Executing)
+	if p == nil {
+		return nil, err
+	}
+	return nil, g.write(func(tx persistence.Tx, _ *persistence.Sampler) error {
+		return g.MarkProgress(tx, p, g.N.Now())
 	})
 }
 

@@ -129,3 +129,52 @@ func TestIdleSamplerReleased(t *testing.T) {
 		t.Fatalf("the first operation after the release: %s %v, sampler %s", op.Status, op.ErrorMessage, status())
 	}
 }
+
+// A long sample reports its progress while it decodes: tokens and
+// sequences so far, of how many, and the rate; a run-scoped one on the
+// run's operation.
+func TestSampleProgress(t *testing.T) {
+	s := nodetest.Start(t, nodetest.RegistryOf(t, "tiny-llama3", nil), t.TempDir()) // a context of 512: a long sample
+	defer s.Stop(context.Background())
+	_, run := nodetest.NewRun(t, s)
+	sid, _ := saveWeights(t, s, run.ID, 1)
+	long := json.RawMessage(`{"prompt":{"token_ids":[1,2,3]},"parameters":{"max_tokens":500,"temperature":1,"top_p":1,"top_k":-1,"seed":7},"num_samples":64}`)
+	check := func(what, id string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			op, err := s.GetOperation(nodetest.Tenant, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if states.Terminal(states.OpMoves, op.Status) {
+				t.Fatalf("%s ended (%s) with no progress recorded", what, op.Status)
+			}
+			if op.Progress != nil {
+				var p struct {
+					TokensDone     int     `json:"tokens_done"`
+					TokensTotal    int     `json:"tokens_total"`
+					SequencesDone  int     `json:"sequences_done"`
+					SequencesTotal int     `json:"sequences_total"`
+					TokensPerS     float64 `json:"tokens_per_s"`
+				}
+				if err := json.Unmarshal(op.Progress, &p); err != nil || p.TokensTotal != 64*500 || p.SequencesTotal != 64 ||
+					p.TokensDone < 64 || p.TokensDone > p.TokensTotal || p.SequencesDone > 64 || p.TokensPerS <= 0 || op.ProgressUpdatedAt == nil {
+					t.Fatalf("%s progress %s: %+v %v", what, op.Progress, p, err)
+				}
+				if _, err := s.CancelOperation(nodetest.Tenant, id); err != nil && what == "sample" {
+					t.Fatal(err)
+				}
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("%s recorded no progress in 30 s", what)
+	}
+	check("sample", submitTo(t, s, sid, 1, payload.Sample, long).ID)
+	acc, err := s.Submit(protocol.Submission{Tenant: nodetest.Tenant, Target: run.ID, SeqID: 4, IdempotencyKey: "k4", RequestHash: "h", Kind: payload.Sample, Payload: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("run-scoped sample", acc.Op.ID)
+}

@@ -253,6 +253,15 @@ func (s *Stream) prune() {
 // Model is the base model the stream decodes on.
 func (s *Stream) Model() *transformer.Model[float32] { return s.m }
 
+// Progress counts the tokens drawn so far over every sample, and the
+// samples that have stopped.
+func (s *Stream) Progress() (tokens, stopped int) {
+	for _, q := range s.res.Sequences {
+		tokens += len(q.Tokens)
+	}
+	return tokens, len(s.res.Sequences) - len(s.active)
+}
+
 // Done reports whether every sample has stopped, or the stream failed.
 func (s *Stream) Done() bool { return len(s.active) == 0 }
 
