@@ -197,13 +197,13 @@ type ExportResult struct {
 // SamplingParams are a sample's decoding parameters. TopK -1 (or 0) is
 // off; Temperature 0 is greedy.
 type SamplingParams struct {
-	MaxTokens    int      `json:"max_tokens"`
-	Temperature  float64  `json:"temperature"`
-	TopP         float64  `json:"top_p"`
-	TopK         int      `json:"top_k"`
-	MinP         float64  `json:"min_p,omitempty"`
-	Seed         *int64   `json:"seed,omitempty"`
-	StopTokenIDs []int    `json:"stop_token_ids,omitempty"`
+	MaxTokens    int     `json:"max_tokens"`
+	Temperature  float64 `json:"temperature"`
+	TopP         float64 `json:"top_p"`
+	TopK         int     `json:"top_k"`
+	MinP         float64 `json:"min_p,omitempty"`
+	Seed         *int64  `json:"seed,omitempty"`
+	StopTokenIDs []int   `json:"stop_token_ids,omitempty"`
 }
 
 // SampleRequest is a sample: num_samples continuations of a prompt.
