@@ -4,10 +4,15 @@ package client_test
 // generated model and use the client against it.
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +25,7 @@ import (
 
 	"github.com/wts-project/wts/bench/service"
 	"github.com/wts-project/wts/http/client"
+	"github.com/wts-project/wts/http/jcs"
 )
 
 var (
@@ -74,13 +80,118 @@ func trainer(t *testing.T, c *client.Client) *client.TrainingClient {
 	return tc
 }
 
-// The examples documented in docs/clients.md reach their targets.
+// The examples documented in docs/clients.md reach their targets (on the
+// tests' tiny model, with the learning rate it takes).
 func TestExamples(t *testing.T) {
 	for _, name := range []string{"sft", "rl"} {
-		cmd := exec.Command(filepath.Join(bin, name), "--model", server.Model)
+		cmd := exec.Command(filepath.Join(bin, name), "--model", server.Model, "--lr", "2e-2")
 		cmd.Env = append(os.Environ(), "WTS_URL=http://"+server.Addr, "WTS_API_KEY="+server.Key)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// The Python client's own suite (python/tests) runs against this package's
+// server, with the client installed by pip from its folder into a fresh
+// virtual environment with no package index (the tests are copied out, so
+// they import the installed package).
+func TestPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is needed (.ci/run installs it)")
+		}
+		t.Skip("no python3 here")
+	}
+	venv, work := t.TempDir(), t.TempDir()
+	python := filepath.Join(venv, "bin", "python")
+	for _, args := range [][]string{{py, "-m", "venv", venv}, {python, "-m", "pip", "install", "--no-index", "--quiet", "./python"}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	for _, dir := range []string{"tests", "examples"} {
+		if err := os.CopyFS(filepath.Join(work, dir), os.DirFS(filepath.Join("python", dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("jcs", func(t *testing.T) { sameCanonical(t, python) })
+	cmd := exec.Command(python, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "WTS_URL=http://"+server.Addr, "WTS_API_KEY="+server.Key, "WTS_MODEL="+server.Model)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Python client's tests: %v\n%s", err, out)
+	}
+}
+
+// sameCanonical checks that the Python client's RFC 8785 form of random
+// JSON values (floats of every magnitude, integers past 2^53, keys outside
+// the BMP) is byte for byte the server's (http/jcs), so that its
+// request_hash always matches.
+func sameCanonical(t *testing.T, python string) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "\u20ac", "\U0001F600", "\ufb33", "é", "A", "payload", ""}
+	var value func(depth int) any
+	value = func(depth int) any {
+		switch k := rng.IntN(9); {
+		case k == 0 && depth < 3:
+			m := map[string]any{}
+			for range rng.IntN(4) {
+				m[keys[rng.IntN(len(keys))]] = value(depth + 1)
+			}
+			return m
+		case k == 1 && depth < 3:
+			l := make([]any, rng.IntN(4))
+			for i := range l {
+				l[i] = value(depth + 1)
+			}
+			return l
+		case k == 2:
+			return rng.Int64() >> rng.IntN(64)
+		case k == 3:
+			return float64(rng.IntN(2000)-1000) * math.Pow10(rng.IntN(60)-30)
+		case k == 4:
+			return keys[rng.IntN(len(keys))] + "\n\x01\"\\"
+		default:
+			f := math.Float64frombits(rng.Uint64())
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return 1.5
+			}
+			return f
+		}
+	}
+	var in bytes.Buffer
+	var want [][]byte
+	for range 3000 {
+		raw, err := json.Marshal(value(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := jcs.Canonical(raw, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Write(append(raw, '\n'))
+		want = append(want, c)
+	}
+	cmd := exec.Command(python, "-c", `import json, sys
+from wts_client.jcs import canonicalize
+for line in sys.stdin:
+    sys.stdout.write(canonicalize(json.loads(line)).hex() + "\n")`)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(string(out))
+	if len(got) != len(want) {
+		t.Fatalf("%d answers for %d values", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != hex.EncodeToString(want[i]) {
+			g, _ := hex.DecodeString(got[i])
+			t.Fatalf("value %d: Python %s, the server %s", i, g, want[i])
 		}
 	}
 }

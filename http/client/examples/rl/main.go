@@ -1,8 +1,9 @@
 // Command rl is a reinforcement-learning loop with the Go client: sample
 // from the run's current weights, score each completion, and train on the
 // advantages with the importance_sampling loss (or ppo). The reward is the
-// share of a completion's tokens equal to --token; the program stops with
-// an error unless the mean reward of the last group reaches --target.
+// share of a completion's tokens with even ids (a random model draws about
+// half); the program stops with an error unless the mean reward of the last
+// group reaches --target.
 //
 //	WTS_URL=http://127.0.0.1:8080 WTS_API_KEY=$KEY go run ./http/client/examples/rl --model small
 package main
@@ -20,16 +21,16 @@ import (
 func main() {
 	model := flag.String("model", "small", "the base model (GET /v1/training/models lists them)")
 	iters := flag.Int("iterations", 25, "sample, score and train this many times")
-	token := flag.Int("token", 7, "the token the reward counts")
+	lr := flag.Float64("lr", 1e-2, "AdamW's learning rate")
 	loss := flag.String("loss", "importance_sampling", "importance_sampling or ppo")
-	target := flag.Float64("target", 0.5, "the mean reward the last group must reach")
+	target := flag.Float64("target", 0.9, "the mean reward the last group must reach")
 	flag.Parse()
-	if err := run(client.FromEnv(), *model, *iters, *token, *loss, *target); err != nil {
+	if err := run(client.FromEnv(), *model, *iters, *lr, *loss, *target); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(c *client.Client, model string, iters, token int, lossFn string, target float64) error {
+func run(c *client.Client, model string, iters int, lr float64, lossFn string, target float64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sess, err := c.CreateSession(ctx, client.SessionOptions{})
@@ -47,8 +48,9 @@ func run(c *client.Client, model string, iters, token int, lossFn string, target
 	for it := 1; it <= iters; it++ {
 		// 1. Sample a group of completions from the current weights (a
 		// run-scoped sample saves them for the sampler first).
+		seed := int64(it) // reproducible: the same seed draws the same tokens
 		f, err := tc.Sample(ctx, client.SampleRequest{Prompt: client.ModelInput{TokenIDs: prompt}, NumSamples: group,
-			Parameters: client.SamplingParams{MaxTokens: length, Temperature: 1, TopP: 1, TopK: -1}})
+			Parameters: client.SamplingParams{MaxTokens: length, Temperature: 1, TopP: 1, TopK: -1, Seed: &seed}})
 		if err != nil {
 			return err
 		}
@@ -61,7 +63,7 @@ func run(c *client.Client, model string, iters, token int, lossFn string, target
 		mean = 0
 		for i, s := range res.Sequences {
 			for _, t := range s.Tokens {
-				if t == token {
+				if t%2 == 0 {
 					rewards[i]++
 				}
 			}
@@ -90,7 +92,7 @@ func run(c *client.Client, model string, iters, token int, lossFn string, target
 		if err != nil {
 			return err
 		}
-		opt, err := tc.OptimStep(ctx, client.AdamParams{LearningRate: 5e-2})
+		opt, err := tc.OptimStep(ctx, client.AdamParams{LearningRate: lr})
 		if err != nil {
 			return err
 		}

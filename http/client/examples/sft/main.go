@@ -18,14 +18,15 @@ import (
 func main() {
 	model := flag.String("model", "small", "the base model (GET /v1/training/models lists them)")
 	steps := flag.Int("steps", 40, "optimizer steps")
+	lr := flag.Float64("lr", 2e-3, "AdamW's learning rate")
 	target := flag.Float64("target", 0.5, "the loss per token the run must reach")
 	flag.Parse()
-	if err := run(client.FromEnv(), *model, *steps, *target); err != nil {
+	if err := run(client.FromEnv(), *model, *steps, *lr, *target); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(c *client.Client, model string, steps int, target float64) error {
+func run(c *client.Client, model string, steps int, lr, target float64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sess, err := c.CreateSession(ctx, client.SessionOptions{})
@@ -55,7 +56,7 @@ func run(c *client.Client, model string, steps int, target float64) error {
 		if err != nil {
 			return err
 		}
-		opt, err := tc.OptimStep(ctx, client.AdamParams{LearningRate: 2e-2})
+		opt, err := tc.OptimStep(ctx, client.AdamParams{LearningRate: lr})
 		if err != nil {
 			return err
 		}
