@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"math"
+	"time"
 
 	"github.com/wts-project/wts/actors/artifacts"
 	"github.com/wts-project/wts/actors/lease"
@@ -16,18 +18,75 @@ import (
 
 // GetSession reads a session with its lease.
 func (s *System) GetSession(t persistence.Tenant, id string) (*protocol.Session, error) {
-	read := func(tx persistence.Tx, id string, v *protocol.Session) (bool, error) {
-		ok, err := tx.Get(persistence.Sessions, []byte(id), &v.Session)
-		if !ok || err != nil {
-			return ok, err
-		}
-		l, err := lease.Get(tx, id)
-		if err == nil {
-			*v = *protocol.SessionView(&v.Session, l)
-		}
-		return true, err
+	return protocol.Owned(s.n.Store, "session", id, t, readSession, func(v *protocol.Session) persistence.Tenant { return v.Tenant })
+}
+
+// readSession reads session id with its lease into v.
+func readSession(tx persistence.Tx, id string, v *protocol.Session) (bool, error) {
+	ok, err := tx.Get(persistence.Sessions, []byte(id), &v.Session)
+	if !ok || err != nil {
+		return ok, err
 	}
-	return protocol.Owned(s.n.Store, "session", id, t, read, func(v *protocol.Session) persistence.Tenant { return v.Tenant })
+	l, err := lease.Get(tx, id)
+	if err == nil {
+		*v = *protocol.SessionView(&v.Session, l)
+	}
+	return true, err
+}
+
+// Listing is a page of a tenant's sessions or runs, newest first.
+// NextAfter is the cursor of the next page: the last item's id, or the
+// cursor asked with for an empty page.
+type Listing[T any] struct {
+	Items     []T
+	NextAfter string
+}
+
+// ListSessions pages tenant t's sessions, newest first, from after the
+// session after ("": from the newest).
+func (s *System) ListSessions(t persistence.Tenant, after string, limit int) (*Listing[protocol.Session], error) {
+	return listing(s, t, "session", after, limit, readSession, func(v *protocol.Session) (persistence.Tenant, time.Time) { return v.Tenant, v.CreatedAt })
+}
+
+// ListRuns pages tenant t's runs, newest first, from after the run after
+// ("": from the newest).
+func (s *System) ListRuns(t persistence.Tenant, after string, limit int) (*Listing[persistence.Run], error) {
+	return listing(s, t, "run", after, limit, persistence.GetRun, func(v *persistence.Run) (persistence.Tenant, time.Time) { return v.Tenant, v.CreatedAt })
+}
+
+// listing reads a page of tenant t's records of kind (persistence.Listing)
+// with read; the cursor after must name one of t's.
+func listing[T any](s *System, t persistence.Tenant, kind, after string, limit int, read func(persistence.Tx, string, *T) (bool, error),
+	owner func(*T) (persistence.Tenant, time.Time)) (*Listing[T], error) {
+	out := &Listing[T]{Items: []T{}, NextAfter: after}
+	err := s.n.Store.View(func(tx persistence.Tx) error {
+		var from []byte
+		if after != "" {
+			var v T
+			ok, err := read(tx, after, &v)
+			if err != nil {
+				return err
+			}
+			tenant, created := owner(&v)
+			if !ok || tenant != t {
+				return protocol.NotFound(kind, after)
+			}
+			from = persistence.ListedKey(t, kind, created, after)
+		}
+		ids, err := persistence.Listing(tx, t, kind, from, limit)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			var v T
+			if ok, err := read(tx, id, &v); err != nil || !ok {
+				return fmt.Errorf("listed %s %s: found %v: %w", kind, id, ok, err)
+			}
+			out.Items, out.NextAfter = append(out.Items, v), id
+		}
+		return nil
+	})
+	return out, err
 }
 
 // GetRun reads a run.

@@ -180,6 +180,10 @@ func Start(cfg Config) (*System, error) {
 		st.Close()
 		return nil, err
 	}
+	if err := persistence.IndexListings(st); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("index listings: %w", err)
+	}
 	n := &protocol.Node{Store: st, Volume: persistence.NewVolume(cfg.DataDir), Registry: cfg.Registry, Log: cfg.Log,
 		Metrics: cfg.Metrics, Clock: cfg.Now, Limits: limits.New(cfg.Limits), SamplerIdle: cfg.SamplerIdle, SettleAfter: cfg.SettleAfter}
 	s := &System{cfg: cfg, n: n, stop: make(chan struct{}), exports: artifacts.NewExports(n, vault, cfg.HubEndpoint)}

@@ -206,6 +206,34 @@ func TestTenancy(t *testing.T) {
 	if other.str("id") == sid {
 		t.Fatal("request_id crossed organizations")
 	}
+
+	// Each organization lists its own sessions and runs, newest first.
+	sid2, rid2 := n.session(n.keys["acme"], "mine-too")
+	ids := func(r *reply) []string {
+		var out []string
+		for _, it := range r.Body["items"].([]any) {
+			out = append(out, it.(map[string]any)["id"].(string))
+		}
+		return out
+	}
+	if got := ids(n.do("GET", v1+"/sessions", n.keys["acme"], nil)); fmt.Sprint(got) != fmt.Sprint([]string{sid2, sid}) {
+		t.Fatalf("acme's sessions %v, want %v", got, []string{sid2, sid})
+	}
+	first := n.do("GET", v1+"/runs?limit=1", n.keys["acme"], nil)
+	next := n.do("GET", v1+"/runs?limit=1&after="+first.str("next_after"), n.keys["acme"], nil)
+	last := n.do("GET", v1+"/runs?after="+next.str("next_after"), n.keys["acme"], nil)
+	if fmt.Sprint(ids(first), ids(next), ids(last)) != fmt.Sprint([]string{rid2}, []string{rid}, []string(nil)) || last.str("next_after") != rid {
+		t.Fatalf("acme's runs a page at a time: %s %s %s", first.Raw, next.Raw, last.Raw)
+	}
+	if got := ids(n.do("GET", v1+"/sessions", n.keys["other"], nil)); fmt.Sprint(got) != fmt.Sprint([]string{other.str("id")}) {
+		t.Fatalf("other's sessions %v", got)
+	}
+	if r := n.do("GET", v1+"/runs", n.keys["acme-live"], nil); len(ids(r)) != 0 || r.Body["next_after"] != nil {
+		t.Fatalf("live key's runs: %s", r.Raw)
+	}
+	n.want(n.do("GET", v1+"/sessions?after="+sid, n.keys["other"], nil), 404, "not_found")
+	n.want(n.do("GET", v1+"/sessions?after=nope", n.keys["acme"], nil), 422, "validation_error")
+	n.want(n.do("GET", v1+"/runs?limit=0", n.keys["acme"], nil), 422, "validation_error")
 }
 
 func TestErrors(t *testing.T) {

@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/wts-project/wts/actors"
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/jcs"
@@ -213,28 +215,76 @@ const DefaultLimit = 100
 // paging reads the after_seq and limit query parameters; unknown
 // parameters are refused like unknown body fields.
 func paging(ctx *fasthttp.RequestCtx) (after int64, limit int, err error) {
+	_, limit, err = pageArgs(ctx, "after_seq", func(v string) (err error) {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 0 {
+			return errors.New("must be an integer >= 0")
+		}
+		return nil
+	})
+	return after, limit, err
+}
+
+// pageArgs reads a listing's query: its cursor, named cursor and checked
+// by check, and its limit (DefaultLimit when absent).
+func pageArgs(ctx *fasthttp.RequestCtx, cursor string, check func(string) error) (after string, limit int, err error) {
 	limit = DefaultLimit
 	ctx.QueryArgs().VisitAll(func(k, v []byte) {
 		if err != nil {
 			return
 		}
-		n, perr := strconv.ParseInt(string(v), 10, 64)
 		switch string(k) {
-		case "after_seq":
-			if perr != nil || n < 0 {
-				err = &invalid{Field: "after_seq", Reason: "must be an integer >= 0"}
+		case cursor:
+			after = string(v)
+			if cerr := check(after); cerr != nil {
+				err = &invalid{Field: cursor, Reason: cerr.Error()}
 			}
-			after = n
 		case "limit":
+			n, perr := strconv.Atoi(string(v))
 			if perr != nil || n < 1 || n > 500 {
 				err = &invalid{Field: "limit", Reason: "must be an integer between 1 and 500"}
 			}
-			limit = int(n)
+			limit = n
 		default:
-			err = &invalid{Field: string(k), Reason: "unknown query parameter (want after_seq, limit)"}
+			err = &invalid{Field: string(k), Reason: fmt.Sprintf("unknown query parameter (want %s, limit)", cursor)}
 		}
 	})
 	return after, limit, err
+}
+
+// listOf answers a listing of the caller's sessions or runs (prefix is
+// their ids'), newest first, paged by after (the last id of the previous
+// page) and limit.
+func listOf[T, V any](prefix string, list func(persistence.Tenant, string, int) (*actors.Listing[T], error), view func(*T) V) authed {
+	return func(ctx *fasthttp.RequestCtx, t persistence.Tenant) error {
+		after, limit, err := pageArgs(ctx, "after", func(v string) error {
+			if !payload.IsID(prefix, v) {
+				return fmt.Errorf("must be an id like %s<32 hex digits>: the previous page's next_after", prefix)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		l, err := list(t, after, limit)
+		if err != nil {
+			return err
+		}
+		p := listedPage[V]{Items: make([]V, len(l.Items))}
+		for i := range l.Items {
+			p.Items[i] = view(&l.Items[i])
+		}
+		if l.NextAfter != "" {
+			p.NextAfter = &l.NextAfter
+		}
+		write(ctx, fasthttp.StatusOK, p)
+		return nil
+	}
+}
+
+// listedPage is a page of the caller's sessions or runs.
+type listedPage[V any] struct {
+	Items     []V     `json:"items"`
+	NextAfter *string `json:"next_after"`
 }
 
 // runPage answers a run's paged listing (after_seq, limit) of records

@@ -1,9 +1,11 @@
 package persistence
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The store's shared query shapes: what more than one grain (or the node's
@@ -60,6 +62,82 @@ func Once[T any](tx Tx, key []byte, b Bucket, id, hash string, fresh *T, admit f
 		return nil, true, err
 	}
 	return fresh, true, tx.Put(b, []byte(id), fresh)
+}
+
+// ListedKey is the key of a tenant's session or run (kind) in Listed: a
+// walk of the bucket from the tenant's and kind's prefix meets them newest
+// first, by creation time and then id.
+func ListedKey(t Tenant, kind string, created time.Time, id string) []byte {
+	return fmt.Appendf(ListedPrefix(t, kind), "%016x\x00%s", ^uint64(created.UnixMilli()), id)
+}
+
+// ListedPrefix starts every Listed key of tenant t's records of kind.
+func ListedPrefix(t Tenant, kind string) []byte {
+	return fmt.Appendf(TenantKey(t), "\x00%s\x00", kind)
+}
+
+// List indexes a new record of tenant t for its listing (ListedKey).
+func List(tx Tx, t Tenant, kind string, created time.Time, id string) error {
+	return tx.Put(Listed, ListedKey(t, kind, created, id), true)
+}
+
+// Listing reads the ids of up to limit of tenant t's records of kind,
+// newest first, from after the one whose ListedKey is after (nil: from the
+// newest).
+func Listing(tx Tx, t Tenant, kind string, after []byte, limit int) ([]string, error) {
+	prefix := ListedPrefix(t, kind)
+	var start []byte
+	if after != nil {
+		start = append(append([]byte{}, after...), 0) // the first key past it
+	}
+	var ids []string
+	err := tx.Scan(Listed, prefix, start, func(k, _ []byte) (bool, error) {
+		_, id, _ := bytes.Cut(k[len(prefix):], []byte{0})
+		ids = append(ids, string(id))
+		return len(ids) < limit, nil
+	})
+	return ids, err
+}
+
+// IndexListings lists every session and run a store written before their
+// listing entries were kept (List); it writes only what is missing.
+func IndexListings(st Store) error {
+	type listed struct {
+		ID        string    `msgpack:"id"`
+		Tenant    Tenant    `msgpack:"tenant"`
+		CreatedAt time.Time `msgpack:"created_at"`
+	}
+	kinds := map[Bucket]string{Sessions: "session", Runs: "run"}
+	var todo [][]byte
+	err := st.View(func(tx Tx) error {
+		for b, kind := range kinds {
+			err := Each(tx, b, nil, nil, func(_ []byte, r *listed) (bool, error) {
+				key := ListedKey(r.Tenant, kind, r.CreatedAt, r.ID)
+				ok, err := tx.Get(Listed, key, new(bool))
+				if err == nil && !ok {
+					todo = append(todo, key)
+				}
+				return err == nil, err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for len(todo) > 0 && err == nil {
+		chunk := todo[:min(len(todo), 100)] // a cluster store bounds the writes of one transaction
+		todo = todo[len(chunk):]
+		err = st.Update(func(tx Tx) error {
+			for _, key := range chunk {
+				if err := tx.Put(Listed, key, true); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return err
 }
 
 // ErrRequestReused refuses a request_id seen before with another body.

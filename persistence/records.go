@@ -132,9 +132,12 @@ func GetRun(tx Tx, id string, r *Run) (bool, error) {
 	return true, nil
 }
 
-// CreateRun writes a new run and its head.
+// CreateRun writes a new run, its head and its listing entry.
 func CreateRun(tx Tx, r *Run) error {
 	if err := tx.Put(Runs, []byte(r.ID), r); err != nil {
+		return err
+	}
+	if err := List(tx, r.Tenant, "run", r.CreatedAt, r.ID); err != nil {
 		return err
 	}
 	return tx.Put(Heads, []byte(r.ID), &Head{NextSeqID: r.NextSeqID})

@@ -52,9 +52,10 @@ const (
 	Unsettled   Bucket = "unsettled"   // due time + run or sampler id + seq → session id: an operation with pending usage (actors/usage)
 	Slots       Bucket = "slots"       // provider_a's dedicated trainers: count/member → reserved, session/id → member (actors/slots)
 	Reserved    Bucket = "reserved"    // tenant + session id → nothing: the tenant's live platform sessions, whose ceilings its ledger holds
+	Listed      Bucket = "listed"      // tenant + kind + newest-first time + id → nothing: a tenant's sessions and runs (ListedKey)
 )
 
-var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets, Unsettled, Slots, Reserved}
+var buckets = []Bucket{Keys, Sessions, Runs, Ops, Index, Idem, Requests, Metrics, Heads, Checkpoints, Artifacts, Credentials, Exports, Samplers, Leases, Live, Placements, Accounts, Ledger, Budgets, Unsettled, Slots, Reserved, Listed}
 
 // meta holds the store's own records: the newest log generation the file
 // has absorbed.

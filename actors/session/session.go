@@ -66,7 +66,10 @@ func Create(n *protocol.Node, req protocol.NewSession) (sess *protocol.Session, 
 			// platform funds the session.
 			ceiling, err := ledger.Open(tx, req.Tenant, fresh.ID, funding == FundingPlatform, req.MaxCostMicroUSD, now)
 			fresh.MaxCostMicroUSD = ceiling
-			return err
+			if err != nil {
+				return err
+			}
+			return persistence.List(tx, req.Tenant, "session", fresh.CreatedAt, fresh.ID)
 		})
 		created = isNew
 		if err != nil {

@@ -255,6 +255,10 @@ func TestTrainAndSample(t *testing.T) {
 	if l, err := lf.Result(ctx(t)); err != nil || len(l.Logprobs) != 3 || l.Logprobs[0] != nil || l.Logprobs[1] == nil {
 		t.Fatalf("logprobs: %+v %v", l, err)
 	}
+	runs, err := c.ListRuns(ctx(t), "", 1)
+	if err != nil || len(runs.Items) != 1 || runs.NextAfter == nil || *runs.NextAfter != runs.Items[0].ID {
+		t.Fatalf("the newest run: %+v %v", runs, err)
+	}
 	m, err := c.Metrics(ctx(t), tc.Run.ID, 0, 100)
 	if err != nil || m.Summary["loss:sum"].Count != 1 {
 		t.Fatalf("metrics: %+v %v", m, err)

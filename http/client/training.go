@@ -74,6 +74,34 @@ func (c *Client) KeepAlive(ctx context.Context, id string, interval time.Duratio
 	}
 }
 
+// Page is a page of the caller's sessions or runs, newest first; pass
+// NextAfter back for the next page (nil: there are none).
+type Page[T any] struct {
+	Items     []T     `json:"items"`
+	NextAfter *string `json:"next_after"`
+}
+
+// ListSessions pages the caller's sessions, newest first, after the
+// session after ("": from the newest).
+func (c *Client) ListSessions(ctx context.Context, after string, limit int) (*Page[Session], error) {
+	var p Page[Session]
+	return &p, c.do(ctx, "GET", listPath("sessions", after, limit), nil, &p)
+}
+
+// ListRuns pages the caller's runs, newest first, after the run after.
+func (c *Client) ListRuns(ctx context.Context, after string, limit int) (*Page[Run], error) {
+	var p Page[Run]
+	return &p, c.do(ctx, "GET", listPath("runs", after, limit), nil, &p)
+}
+
+func listPath(what, after string, limit int) string {
+	q := url.Values{"limit": {fmt.Sprint(limit)}}
+	if after != "" {
+		q.Set("after", after)
+	}
+	return "/v1/training/" + what + "?" + q.Encode()
+}
+
 // Models lists the service's model catalog.
 func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	var page struct {

@@ -84,6 +84,8 @@ class TestClient(unittest.TestCase):
             resumed = service.training_client(training.run_id)
             self.assertEqual(resumed.forward(data).result().metrics["tokens:sum"], 4)
             session = training.session_id
+            self.assertEqual(service.list_sessions(limit=1)["items"][0]["id"], session)
+            self.assertEqual(service.list_runs(limit=1)["next_after"], training.run_id)
         self.assertIn(service.get_session(session)["status"], ("closing", "closed"))
 
     def test_errors(self):

@@ -157,6 +157,15 @@ class ServiceClient:
                 return m
         raise WtsError(422, "model_not_available", "the catalog has no model %r" % (name,))
 
+    def list_sessions(self, after=None, limit=100):
+        """A page of the caller's sessions, newest first: ``items`` and
+        ``next_after`` (pass it back as ``after``)."""
+        return self.request("GET", "/v1/training/sessions?" + urllib.parse.urlencode(_page(after, limit)))
+
+    def list_runs(self, after=None, limit=100):
+        """A page of the caller's runs, newest first."""
+        return self.request("GET", "/v1/training/runs?" + urllib.parse.urlencode(_page(after, limit)))
+
     def get_capabilities(self):
         return self.request("GET", "/v1/training/capabilities")["items"]
 
@@ -208,6 +217,13 @@ class ServiceClient:
         seq_id."""
         s = self.request("GET", "/v1/training/samplers/" + _q(sampler_id))
         return SamplingClient(self, s)
+
+
+def _page(after, limit):
+    q = {"limit": limit}
+    if after:
+        q["after"] = after
+    return q
 
 
 def _q(s):
