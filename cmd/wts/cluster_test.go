@@ -59,8 +59,8 @@ func startNodeWith(t *testing.T, data, modelDir string, join []string, flags ...
 	return &node{Node: n}
 }
 
-// client calls the API of whichever node answers.
-type client struct {
+// spreader calls the API of whichever node answers.
+type spreader struct {
 	key   string
 	nodes []*node
 	mu    sync.Mutex
@@ -70,7 +70,7 @@ type client struct {
 // call sends a request to node i (or, when it cannot answer, to the next
 // live one) until an answer other than 503 comes, and returns its status
 // and body.
-func (c *client) call(t *testing.T, i int, method, path string, body []byte) (int, map[string]any) {
+func (c *spreader) call(t *testing.T, i int, method, path string, body []byte) (int, map[string]any) {
 	deadline := time.Now().Add(90 * time.Second)
 	for ; time.Now().Before(deadline); i++ {
 		c.mu.Lock()
@@ -106,7 +106,7 @@ func (c *client) call(t *testing.T, i int, method, path string, body []byte) (in
 type testCluster struct {
 	data, modelDir, rev string
 	nodes               []*node
-	c                   *client
+	c                   *spreader
 }
 
 // newTestCluster starts n nodes (stopped, and their warnings shown if the
@@ -156,7 +156,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	if _, err := adminCall(tc.data, first.Name, "/admin/orgs/credit", httpapi.OrgRequest{Org: "default", MicroUSD: 1e12}, &ledger); err != nil {
 		t.Fatalf("credit: %v", err)
 	}
-	tc.c = &client{key: key, nodes: tc.nodes, http: http.Client{Timeout: 60 * time.Second}}
+	tc.c = &spreader{key: key, nodes: tc.nodes, http: http.Client{Timeout: 60 * time.Second}}
 	return tc
 }
 

@@ -12,16 +12,20 @@ import (
 	"github.com/wts-project/wts/persistence"
 )
 
-const orgsUsage = "usage: wts orgs credit --org NAME [--live] --microusd N [--note TEXT] | set --org NAME [--live] [--default-ceiling N|none] [--byok-credential ID|none] | show --org NAME [--live]  [--data DIR]"
-
 // orgsCmd grants an organization credit, sets its default session
 // ceiling, or shows its ledger (docs/billing.md), through a running node's
 // admin socket, else on the stopped node's store; it prints the ledger.
 func orgsCmd(args []string) error {
-	if len(args) == 0 || args[0] != "credit" && args[0] != "set" && args[0] != "show" {
-		return fmt.Errorf("%s", orgsUsage)
-	}
-	op := args[0]
+	op := func(name string) func([]string) error { return func(args []string) error { return orgsOp(name, args) } }
+	return sub("orgs", args, []command{
+		{"credit", "--org NAME [--live] --microusd N [--note TEXT]", "grant credit on the organization's ledger", op("credit")},
+		{"set", "--org NAME [--live] [--default-ceiling N|none] [--byok-credential ID|none]", "set its default session ceiling and byok key", op("set")},
+		{"show", "--org NAME [--live]", "print its ledger", op("show")},
+	})
+}
+
+// orgsOp is orgs credit, set or show (op) with its flags args.
+func orgsOp(op string, args []string) error {
 	fs := flag.NewFlagSet("orgs "+op, flag.ContinueOnError)
 	org := fs.String("org", "", "the organization")
 	live := fs.Bool("live", false, "the ledger of its svc_live_ keys (default: its svc_test_ keys')")
@@ -31,7 +35,7 @@ func orgsCmd(args []string) error {
 	byok := fs.String("byok-credential", "", "set: the provider key (wts credentials add --provider) that funds sessions asking for funding auto without a credential_id; none: the platform funds them")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	req := httpapi.OrgRequest{Org: *org, Live: *live, MicroUSD: *amount, Note: *note}

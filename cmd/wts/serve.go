@@ -311,17 +311,16 @@ func firstKey(st persistence.Store) error {
 }
 
 func keysCmd(args []string) error {
-	if len(args) == 0 || args[0] != "create" {
-		return fmt.Errorf("usage: wts keys create --org NAME [--live] [--data DIR]")
-	}
+	return sub("keys", args, []command{{"create", "--org NAME [--live] [--data DIR] [--node NAME]", "make an API key of an organization (printed once)", keysCreate}})
+}
+
+func keysCreate(args []string) error {
 	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
 	org := fs.String("org", "", "organization the key belongs to")
 	live := fs.Bool("live", false, "issue a svc_live_ key (default: svc_test_)")
-	offers := offerFlags{}
-	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *org == "" {
@@ -348,20 +347,20 @@ func keysCmd(args []string) error {
 }
 
 func credentialsCmd(args []string) error {
-	if len(args) == 0 || args[0] != "add" {
-		return fmt.Errorf("usage: wts credentials add --org NAME [--live] [--provider provider_a|provider_b] [--name LABEL] [--data DIR] < secret")
-	}
+	return sub("credentials", args, []command{{"add", "--org NAME [--live] [--provider provider_a|provider_b] [--name LABEL] [--data DIR] < secret",
+		"register a hub token (or, with --provider, a provider key for byok) read from standard input", credentialsAdd}})
+}
+
+func credentialsAdd(args []string) error {
 	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
 	org := fs.String("org", "", "organization the credential belongs to")
 	live := fs.Bool("live", false, "for the organization's svc_live_ keys (default: svc_test_)")
 	name := fs.String("name", "", "a label to recognise it by")
 	provider := fs.String("provider", "", "a key to this provider, which funds the organization's byok sessions (default: a model hub token, for exports)")
-	offers := offerFlags{}
-	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the node (a running node is asked through its admin socket there)")
 	node := nodeFlag(fs)
 	credentialsKey := credentialsKeyFlag(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *org == "" {
@@ -419,8 +418,6 @@ func credentialsKeyFlag(fs *flag.FlagSet) *string {
 // grains in memory, as its admin socket reports them.
 func nodeCmd(args []string) error {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	offers := offerFlags{}
-	fs.Var(offers, "offer", "PROVIDER=MODEL[,MODEL...]: the catalog models a provider offers (default: every one); PROVIDER= offers none, so the provider is off; repeatable")
 	data := fs.String("data", "./data", "data folder of the running node")
 	node := nodeFlag(fs)
 	if err := fs.Parse(args); err != nil {

@@ -270,18 +270,11 @@ func (f *Future[T]) Poll(ctx context.Context) (*Operation, error) {
 // operation that failed or was cancelled is an *OperationError.
 func (f *Future[T]) Result(ctx context.Context) (T, error) {
 	var out T
-	wait := 10 * time.Millisecond
-	for !f.Op.Ended() {
-		select {
-		case <-ctx.Done():
-			return out, ctx.Err()
-		case <-time.After(wait):
-		}
-		if _, err := f.Poll(ctx); err != nil {
-			return out, err
-		}
-		wait = min(wait*3/2, time.Second)
+	op, err := f.c.Wait(ctx, f.Op, nil)
+	if err != nil {
+		return out, err
 	}
+	f.Op = op
 	if f.Op.Status != "succeeded" {
 		e := &OperationError{Op: f.Op}
 		if f.Op.ErrorCode != nil {
@@ -296,6 +289,28 @@ func (f *Future[T]) Result(ctx context.Context) (T, error) {
 		return out, fmt.Errorf("decode %s result: %w", f.Op.Kind, err)
 	}
 	return out, nil
+}
+
+// Wait polls op until it ends (quickly at first, then every second),
+// calling seen, when set, with each reading.
+func (c *Client) Wait(ctx context.Context, op *Operation, seen func(*Operation)) (*Operation, error) {
+	wait := 10 * time.Millisecond
+	for !op.Ended() {
+		select {
+		case <-ctx.Done():
+			return op, ctx.Err()
+		case <-time.After(wait):
+		}
+		next, err := c.GetOperation(ctx, op.ID)
+		if err != nil {
+			return op, err
+		}
+		if op = next; seen != nil {
+			seen(op)
+		}
+		wait = min(wait*3/2, time.Second)
+	}
+	return op, nil
 }
 
 func future[T any](c *Client, op *Operation, err error) (*Future[T], error) {
@@ -383,9 +398,8 @@ func (t *TrainingClient) Sample(ctx context.Context, r SampleRequest) (*Future[S
 
 // Finish finishes the run once its queued operations are done.
 func (t *TrainingClient) Finish(ctx context.Context) (*Future[json.RawMessage], error) {
-	var op Operation
-	err := t.seq.c.do(ctx, "POST", "/v1/training/runs/"+url.PathEscape(t.Run.ID)+"/finish", map[string]string{"request_id": "finish-" + t.Run.ID}, &op)
-	return future[json.RawMessage](t.seq.c, &op, err)
+	op, err := t.seq.c.FinishRun(ctx, t.Run.ID)
+	return future[json.RawMessage](t.seq.c, op, err)
 }
 
 // SamplingClient is the client of the run's sampler, which exists once
