@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -10,7 +10,7 @@ build:
 # and the black-box suites again with every message between actors
 # msgpack-encoded as between nodes (WTS_WIRE=1). Long fuzz, soak and
 # benchmark runs live behind their own targets.
-test: vet lint-openapi hub-client
+test: vet lint-openapi check-typescript hub-client
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -run 'Concurrency' ./http/
 	$(GO) test -race -count=1 ./actors/... ./persistence/
@@ -26,6 +26,14 @@ lint-openapi:
 	mkdir -p build
 	$(GO) run ./cmd/wts openapi > build/openapi.json
 	cd .ci/openapi && npm ci --no-audit --no-fund --loglevel=error && npx redocly lint --config redocly.yaml ../../build/openapi.json
+
+# Generates TypeScript types from the served OpenAPI document with
+# openapi-typescript and type-checks a small client against them
+# (.ci/typescript/client.ts: each submission's payload typed by its kind).
+check-typescript:
+	mkdir -p build
+	$(GO) run ./cmd/wts openapi > build/openapi.json
+	cd .ci/typescript && npm ci --no-audit --no-fund --loglevel=error && npx openapi-typescript ../../build/openapi.json --default-non-nullable false -o ../../build/wts-api.d.ts && npx tsc -p tsconfig.json
 
 # Installs the official Hugging Face Hub client (pinned in
 # .ci/hub/package-lock.json) that the hub export test drives.

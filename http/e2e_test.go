@@ -56,6 +56,23 @@ type node struct {
 	revision string
 	extra    []string
 	proc     *service.Process // the running server
+	taken    []request        // the JSON bodies the server took (checkTaken)
+}
+
+// request is a request the server took.
+type request struct {
+	method, path string
+	body         []byte
+}
+
+// checkTaken validates every JSON body the server took against its
+// endpoint's documented request schema (checkRequest).
+func (n *node) checkTaken() {
+	for _, r := range n.taken {
+		if err := checkRequest(r.method, r.path, r.body); err != nil {
+			n.t.Errorf("%s %s took a body its documented schema refuses: %v\n%.2000s", r.method, r.path, err, r.body)
+		}
+	}
 }
 
 // newNode prepares a data folder with a tiny model and keys for two
@@ -94,6 +111,7 @@ func newNodeWith(t *testing.T, preset string, extra ...string) *node {
 	}
 	n.start()
 	t.Cleanup(n.stop)
+	t.Cleanup(n.checkTaken)
 	return n
 }
 
@@ -166,15 +184,18 @@ func (r *reply) str(k string) string { s, _ := r.Body[k].(string); return s }
 func (n *node) do(method, path, key string, body any, headers ...string) *reply {
 	n.t.Helper()
 	var rd io.Reader
+	var sent []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		sent = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		sent = b
 	default:
-		raw, _ := json.Marshal(b)
-		rd = bytes.NewReader(raw)
+		sent, _ = json.Marshal(b)
+	}
+	if sent != nil {
+		rd = bytes.NewReader(sent)
 	}
 	req, err := http.NewRequest(method, n.base+path, rd)
 	if err != nil {
@@ -205,6 +226,11 @@ func (n *node) do(method, path, key string, body any, headers ...string) *reply 
 	r := &reply{Status: resp.StatusCode, Raw: raw, Type: resp.Header.Get("Content-Type"), Header: resp.Header}
 	if err := checkContract(method, path, r.Status, raw); err != nil {
 		n.t.Errorf("%s %s answered %d outside the OpenAPI document: %v\n%s", method, path, r.Status, err, raw)
+	}
+	// Checked at the end (validating takes time some tests' timing has not
+	// got), bar the floods' megabyte batches (which would take seconds).
+	if r.Status < 300 && len(sent) < 64<<10 && req.Header.Get("Content-Type") == "application/json" && sent != nil {
+		n.taken = append(n.taken, request{method, path, sent})
 	}
 	if err := json.Unmarshal(raw, &r.Body); err != nil {
 		n.t.Fatalf("%s %s: body is not a JSON object: %q", method, path, raw)
