@@ -27,6 +27,7 @@ import (
 	"github.com/wts-project/wts/actors/payload"
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/auth"
+	"github.com/wts-project/wts/http/console"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -183,6 +184,9 @@ func (s *Server) router() *router.Router {
 	r.GET(v1+"/runs/{run_id}/metrics", s.api(runPage(shownPage(s.sys.Metrics, metricsOf))))
 	r.GET(v1+"/operations/{operation_id}", s.api(byID("operation_id", protocol.OperationPrefix, "operation", shown(s.sys.GetOperation, operationOf))))
 	r.POST(v1+"/operations/{operation_id}/cancel", s.api(s.cancelOperation))
+	for path := range console.Files {
+		r.GET(path, console.Serve)
+	}
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) { write(ctx, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
 	r.GET("/metrics", func(ctx *fasthttp.RequestCtx) { s.prometheus(ctx) })

@@ -272,16 +272,22 @@ func TestHandedSampleCutElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	time.Sleep(100 * time.Millisecond) // past the trainer's part: on the sampler
+	// Past the trainer's part: on the sampler, which reports its progress.
+	for deadline := start.Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		op, err := s.GetOperation(nodetest.Tenant, acc.Op.ID)
+		if err != nil || states.Terminal(states.OpMoves, op.Status) || time.Now().After(deadline) {
+			t.Fatalf("the sample ended, or never decoded, before it was cut (%v): make it longer", err)
+		}
+		if op.Progress != nil {
+			break
+		}
+	}
 	var head persistence.Head
 	if err := s.Store().View(func(tx persistence.Tx) error {
 		_, err := tx.Get(persistence.Heads, []byte(run.ID), &head)
 		return err
 	}); err != nil {
 		t.Fatal(err)
-	}
-	if op, err := s.GetOperation(nodetest.Tenant, acc.Op.ID); err != nil || states.Terminal(states.OpMoves, op.Status) {
-		t.Fatalf("the sample ended before it was cut (%v): make it longer", err)
 	}
 	n := s.Node()
 	n.Run(run.ID).ExecDone(&executor.Done{Epoch: head.Epoch, SeqID: 2, Status: states.OpPending, Message: "cut short by the node's stop"})
