@@ -105,7 +105,7 @@ func main() {
 			profiled = make(chan error, 1)
 			go func() { profiled <- profileService(*debugAddr, *cpuProfile) }()
 		}
-		s := load([]string{svc.Addr}, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, svc.Key, bodies)
+		s := load([]string{svc.Addr}, c, func(i int) string { return "/v1/training/runs/" + runs[i].Run.ID + "/operations" }, svc.Key, bodies)
 		after := svc.Scrape()
 		svc.WaitExecuted() // the next level starts on an idle executor
 		executed := time.Since(start)
@@ -181,7 +181,7 @@ func compare(a, b setup, c, requests, tokens, pairs int) {
 		for j, n := range nodes {
 			addrs[j] = n.Addr
 		}
-		s := load(addrs, c, func(i int) string { return "/v1/training/runs/" + runs[i] + "/operations" }, nodes[0].Key, bodies)
+		s := load(addrs, c, func(i int) string { return "/v1/training/runs/" + runs[i].Run.ID + "/operations" }, nodes[0].Key, bodies)
 		for _, n := range nodes {
 			n.WaitExecuted()
 		}

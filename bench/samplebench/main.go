@@ -14,6 +14,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/bench/service"
+	"github.com/wts-project/wts/http/client"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/sampler"
@@ -44,13 +46,26 @@ func main() {
 	svc := service.Serve(service.Build(*wts), *data, *preset, "--sampler-idle", "1h", "--debug-addr", *debugAddr)
 	defer svc.Stop()
 
-	b := &bench{svc: svc, prompt: make([]int, *prompt)}
+	b := &bench{prompt: make([]int, *prompt)}
 	for i := range b.prompt {
 		b.prompt[i] = 3 + i*7%50
 	}
-	for _, rid := range svc.Runs(slices.Max(levels), *rank) {
-		res := b.run(b.submit("/v1/training/runs/"+rid+"/operations", 1, "save_weights_for_sampler", map[string]any{}))
-		b.samplers = append(b.samplers, &samplerState{id: res["sampler_id"].(string), next: 1})
+	// A sample is timed from its submission to the poll that finds it
+	// done: the client polls every pollEvery.
+	ctx := context.Background()
+	for _, tc := range svc.Runs(slices.Max(levels), *rank, client.WithPolling(pollEvery, pollEvery)) {
+		f, err := tc.SaveWeightsForSampler(ctx)
+		if err == nil {
+			_, err = f.Result(ctx)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		sc, err := tc.SamplingClient(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b.samplers = append(b.samplers, sc)
 	}
 
 	engine := singleStream(svc.ModelDir, *rank, b.prompt, *tokens, *requests)
@@ -71,32 +86,8 @@ func main() {
 }
 
 type bench struct {
-	svc      *service.Process
 	prompt   []int
-	samplers []*samplerState
-}
-
-type samplerState struct {
-	id   string
-	next int // its next seq_id
-}
-
-func (b *bench) submit(path string, seq int, kind string, payload any) string {
-	return b.svc.Call("POST", path, service.Operation(seq, fmt.Sprint("k", seq), kind, payload), 202)["id"].(string)
-}
-
-// run polls an operation until it ends and returns its result.
-func (b *bench) run(id string) map[string]any {
-	for {
-		op := b.svc.Call("GET", "/v1/training/operations/"+id, nil, 200)
-		switch op["status"] {
-		case "succeeded":
-			return op["result"].(map[string]any)
-		case "failed", "cancelled":
-			log.Fatalf("operation %s: %v", id, op)
-		}
-		time.Sleep(pollEvery)
-	}
+	samplers []*client.SamplingClient
 }
 
 // phase has c clients, each on its own sampler, make n requests of max
@@ -108,13 +99,15 @@ func (b *bench) phase(c, n, max int) ([]time.Duration, float64) {
 		var lat []time.Duration
 		for range n {
 			t0 := time.Now()
-			b.run(b.submit("/v1/training/samplers/"+s.id+"/operations", s.next, "sample", map[string]any{
-				"prompt":      map[string]any{"token_ids": b.prompt},
-				"parameters":  map[string]any{"max_tokens": max, "temperature": 0, "top_p": 1, "top_k": -1},
-				"num_samples": 1,
-			}))
+			f, err := s.Sample(context.Background(), client.SampleRequest{Prompt: client.ModelInput{TokenIDs: b.prompt}, NumSamples: 1,
+				Parameters: client.SamplingParams{MaxTokens: max, Temperature: 0, TopP: 1, TopK: -1}})
+			if err == nil {
+				_, err = f.Result(context.Background())
+			}
+			if err != nil {
+				log.Fatal(err)
+			}
 			lat = append(lat, time.Since(t0))
-			s.next++
 		}
 		return lat
 	})

@@ -5,8 +5,7 @@ package service
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -23,7 +22,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/http/client"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/providers"
@@ -196,28 +195,37 @@ func (p *Process) Call(method, path string, body any, want int) map[string]any {
 	return v
 }
 
-// Runs opens n sessions, each with its run of rank-r LoRA, and returns the
-// run ids.
-func (p *Process) Runs(n, rank int) []string {
-	ids := make([]string, n)
-	for i := range ids {
-		s := p.Call("POST", "/v1/training/sessions", map[string]any{"request_id": fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)}, 201)
-		r := p.Call("POST", "/v1/training/sessions/"+s["id"].(string)+"/runs", map[string]any{
-			"request_id": "run", "base_model": p.Model, "model_revision": p.Revision, "lora": map[string]any{"rank": rank}}, 201)
-		ids[i] = r["id"].(string)
-	}
-	return ids
+// Client is the Go client of the process, with opts.
+func (p *Process) Client(opts ...client.Option) *client.Client {
+	return client.New("http://"+p.Addr, p.Key, opts...)
 }
 
-// Operation is an operation body with its correct request_hash.
+// Runs opens n sessions, each with its run of rank-r LoRA, and returns the
+// runs' training clients.
+func (p *Process) Runs(n, rank int, opts ...client.Option) []*client.TrainingClient {
+	c := p.Client(opts...)
+	out := make([]*client.TrainingClient, n)
+	for i := range out {
+		s, err := c.CreateSession(context.Background(), client.SessionOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if out[i], err = c.CreateLoRATrainingClient(context.Background(), s.ID, client.TrainingOptions{
+			BaseModel: p.Model, ModelRevision: p.Revision, LoRA: client.LoRA{Rank: rank}}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Operation is an operation body with its correct request_hash, for the
+// load generators that send it with fasthttp themselves.
 func Operation(seq int, key, kind string, payload any) []byte {
-	env, _ := json.Marshal(map[string]any{"seq_id": seq, "idempotency_key": key, "kind": kind, "payload": payload})
-	canon, err := jcs.Canonical(env, "")
+	body, err := client.OperationBody(int64(seq), key, kind, payload)
 	if err != nil {
 		log.Fatal(err)
 	}
-	sum := sha256.Sum256(canon)
-	return append(env[:len(env)-1], fmt.Sprintf(`,"request_hash":%q}`, hex.EncodeToString(sum[:]))...)
+	return body
 }
 
 // Scrape reads the service's Prometheus samples, each metric summed over

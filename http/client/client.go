@@ -32,6 +32,7 @@ type Client struct {
 	key   string
 	hc    *http.Client
 	retry Retry
+	poll  [2]time.Duration // Wait's first and longest interval
 }
 
 // Retry says how a request that failed in a way that may pass is tried
@@ -57,10 +58,19 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // WithRetry replaces DefaultRetry.
 func WithRetry(r Retry) Option { return func(c *Client) { c.retry = r } }
 
+// WithPolling sets how often a future polls its operation: first after
+// first, then half again as long each time, up to longest (10 ms and 1 s
+// by default). A benchmark that times operations polls at a fixed short
+// interval (first = longest).
+func WithPolling(first, longest time.Duration) Option {
+	return func(c *Client) { c.poll = [2]time.Duration{first, max(first, longest)} }
+}
+
 // New is a client of the service at baseURL (such as http://127.0.0.1:8080)
 // with API key apiKey.
 func New(baseURL, apiKey string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: &http.Client{Timeout: 60 * time.Second}, retry: DefaultRetry}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), key: apiKey, hc: &http.Client{Timeout: 60 * time.Second}, retry: DefaultRetry,
+		poll: [2]time.Duration{10 * time.Millisecond, time.Second}}
 	for _, o := range opts {
 		o(c)
 	}

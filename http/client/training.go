@@ -218,7 +218,7 @@ type sequence struct {
 func (s *sequence) submit(ctx context.Context, kind string, payload any) (*Operation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	body, err := operationBody(s.next, fmt.Sprintf("%s-%d", s.key, s.next), kind, payload)
+	body, err := OperationBody(s.next, fmt.Sprintf("%s-%d", s.key, s.next), kind, payload)
 	if err != nil {
 		return nil, err
 	}
@@ -230,9 +230,9 @@ func (s *sequence) submit(ctx context.Context, kind string, payload any) (*Opera
 	return &op, nil
 }
 
-// operationBody is an operation's envelope with its request_hash: the
+// OperationBody is an operation's envelope with its request_hash: the
 // SHA-256 of the envelope's RFC 8785 form.
-func operationBody(seq int64, key, kind string, payload any) (json.RawMessage, error) {
+func OperationBody(seq int64, key, kind string, payload any) (json.RawMessage, error) {
 	p, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", kind, err)
@@ -291,10 +291,10 @@ func (f *Future[T]) Result(ctx context.Context) (T, error) {
 	return out, nil
 }
 
-// Wait polls op until it ends (quickly at first, then every second),
-// calling seen, when set, with each reading.
+// Wait polls op until it ends (quickly at first, then every second; see
+// WithPolling), calling seen, when set, with each reading.
 func (c *Client) Wait(ctx context.Context, op *Operation, seen func(*Operation)) (*Operation, error) {
-	wait := 10 * time.Millisecond
+	wait := c.poll[0]
 	for !op.Ended() {
 		select {
 		case <-ctx.Done():
@@ -308,7 +308,7 @@ func (c *Client) Wait(ctx context.Context, op *Operation, seen func(*Operation))
 		if op = next; seen != nil {
 			seen(op)
 		}
-		wait = min(wait*3/2, time.Second)
+		wait = min(wait*3/2, c.poll[1])
 	}
 	return op, nil
 }
