@@ -92,7 +92,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser, on the test's context
 		t.Fatal(err)
 	}
-	for i, a := range []chromedp.Action[chromedp.Void]{chromedp.Navigate("http://"+srv.Addr+"/console"),
+	for i, a := range []chromedp.Action[chromedp.Void]{chromedp.Navigate("http://" + srv.Addr + "/console"),
 		chromedp.WaitVisible(`#key`),
 		chromedp.SendKeys(`#key`, srv.Key),
 		chromedp.Click(`#signin button[type=submit]`),
