@@ -82,38 +82,49 @@ func checkContract(method, path string, status int, body []byte) error {
 	if err != nil {
 		return err
 	}
-	path, _, _ = strings.Cut(path, "?")
 	ref := "#/components/schemas/ErrorEnvelope" // an unknown path or method
-	for _, r := range o.routes {
-		if !r.re.MatchString(path) {
-			continue
-		}
-		raw, ok := o.doc.Paths[r.tmpl][strings.ToLower(method)]
-		if !ok {
-			break
-		}
-		var op struct {
-			Responses map[string]response `json:"responses"`
-		}
-		if err := json.Unmarshal(raw, &op); err != nil {
-			return err
-		}
+	var op struct {
+		Responses map[string]response `json:"responses"`
+	}
+	if tmpl, found, err := o.operation(method, path, &op); err != nil {
+		return err
+	} else if found {
 		resp, listed := op.Responses[strconv.Itoa(status)]
 		if !listed {
 			if !anyEndpoint[status] {
-				return fmt.Errorf("status %d is not documented for %s %s", status, method, r.tmpl)
+				return fmt.Errorf("status %d is not documented for %s %s", status, method, tmpl)
 			}
 			resp = op.Responses["default"]
 		}
 		if resp.Ref != "" {
 			resp = o.doc.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]
 		}
-		ref = resp.Content["application/json"].Schema.Ref
-		if ref == "" {
+		if ref = resp.Content["application/json"].Schema.Ref; ref == "" {
 			return nil // a free-form body (the document itself, Prometheus text)
 		}
-		break
 	}
+	return o.validate(ref, body)
+}
+
+// operation decodes into op the document's operation that serves method
+// on path; it says which path template that is, and whether there is one.
+func (o *openAPI) operation(method, path string, op any) (tmpl string, found bool, err error) {
+	path, _, _ = strings.Cut(path, "?")
+	for _, r := range o.routes {
+		if !r.re.MatchString(path) {
+			continue
+		}
+		raw, ok := o.doc.Paths[r.tmpl][strings.ToLower(method)]
+		if !ok {
+			return r.tmpl, false, nil
+		}
+		return r.tmpl, true, json.Unmarshal(raw, op)
+	}
+	return "", false, nil
+}
+
+// validate validates body against the document's schema ref.
+func (o *openAPI) validate(ref string, body []byte) error {
 	sch, err := o.schema(ref)
 	if err != nil {
 		return err
@@ -133,36 +144,20 @@ func checkRequest(method, path string, body []byte) error {
 	if err != nil {
 		return err
 	}
-	path, _, _ = strings.Cut(path, "?")
-	for _, r := range o.routes {
-		if !r.re.MatchString(path) {
-			continue
-		}
-		var op struct {
-			RequestBody struct {
-				Content map[string]struct {
-					Schema struct {
-						Ref string `json:"$ref"`
-					} `json:"schema"`
-				} `json:"content"`
-			} `json:"requestBody"`
-		}
-		if err := json.Unmarshal(o.doc.Paths[r.tmpl][strings.ToLower(method)], &op); err != nil {
-			return err
-		}
-		ref := op.RequestBody.Content["application/json"].Schema.Ref
-		if ref == "" {
-			return nil
-		}
-		sch, err := o.schema(ref)
-		if err != nil {
-			return err
-		}
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		return sch.Validate(inst)
+	var op struct {
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					Ref string `json:"$ref"`
+				} `json:"schema"`
+			} `json:"content"`
+		} `json:"requestBody"`
+	}
+	if _, found, err := o.operation(method, path, &op); err != nil || !found {
+		return err
+	}
+	if ref := op.RequestBody.Content["application/json"].Schema.Ref; ref != "" {
+		return o.validate(ref, body)
 	}
 	return nil
 }

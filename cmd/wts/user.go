@@ -35,42 +35,40 @@ func (u *userFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&u.json, "json", false, "print the service's JSON instead of a table")
 }
 
-func (u *userFlags) client() *client.Client { return client.New(u.url, u.key) }
-
-// userCmd parses a user command's flags (args: the words after the
-// command) and wants exactly nArgs positional arguments named by argNames.
-func userCmd(name, argNames string, nArgs int, args []string, extra func(*flag.FlagSet)) (*userFlags, []string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var u userFlags
-	u.register(fs)
-	if extra != nil {
-		extra(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wts %s [flags] %s\n", name, argNames)
-		fs.PrintDefaults()
-	}
-	// Flags may come before, between or after the arguments.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, nil, err
+// user is a user command: it parses the command's flags (its own added by
+// extra) and its nArgs positional arguments (named by argNames, for the
+// help), then calls do with a client and a context that ends on Ctrl-C.
+func user(name, argNames string, nArgs int, extra func(*flag.FlagSet), do func(ctx context.Context, u *userFlags, c *client.Client, args []string) error) func([]string) error {
+	return func(args []string) error {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		var u userFlags
+		u.register(fs)
+		if extra != nil {
+			extra(fs)
 		}
-		if fs.NArg() == 0 {
-			break
+		fs.Usage = func() {
+			fmt.Fprintf(fs.Output(), "usage: wts %s [flags] %s\n", name, argNames)
+			fs.PrintDefaults()
 		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+		// Flags may come before, between or after the arguments.
+		var pos []string
+		for {
+			if err := fs.Parse(args); err != nil {
+				return err
+			}
+			if fs.NArg() == 0 {
+				break
+			}
+			pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+		}
+		if len(pos) != nArgs {
+			fs.Usage()
+			return fmt.Errorf("%s: want %s", name, strings.TrimSpace(argNames+" (nothing else)"))
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return do(ctx, &u, client.New(u.url, u.key), pos)
 	}
-	if len(pos) != nArgs {
-		fs.Usage()
-		return nil, nil, fmt.Errorf("%s: want %s", name, strings.TrimSpace(argNames+" (nothing else)"))
-	}
-	return &u, pos, nil
-}
-
-// signalled is a context that ends on Ctrl-C.
-func signalled() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
 // show prints v as indented JSON.
@@ -80,13 +78,20 @@ func show(v any) error {
 	return e.Encode(v)
 }
 
-// table prints rows under a header, aligned.
-func table(header string, rows [][]any) error {
+// listed prints a listing: the service's JSON with --json, else a table
+// of header and the rows row makes of each item.
+func listed[T any](u *userFlags, items []T, err error, header string, row func(*T) []any) error {
+	if err != nil {
+		return err
+	}
+	if u.json {
+		return show(items)
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, header)
-	for _, r := range rows {
-		for i, c := range r {
-			if i > 0 {
+	for i := range items {
+		for j, c := range row(&items[i]) {
+			if j > 0 {
 				fmt.Fprint(w, "\t")
 			}
 			fmt.Fprint(w, c)
@@ -96,77 +101,41 @@ func table(header string, rows [][]any) error {
 	return w.Flush()
 }
 
+// limitFlag adds --limit to a listing.
+func limitFlag(limit *int, def int) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) { fs.IntVar(limit, "limit", def, "how many (1-500)") }
+}
+
 func when(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
 
 func sessionsCmd(args []string) error {
+	var limit int
 	return sub("sessions", args, []command{
-		{"list", "", "the caller's sessions, newest first", func(args []string) error {
-			var limit int
-			u, _, err := userCmd("sessions list", "", 0, args, func(fs *flag.FlagSet) { fs.IntVar(&limit, "limit", 20, "how many (1-500)") })
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			p, err := u.client().ListSessions(ctx, "", limit)
-			if err != nil || u.json {
-				return orShow(p, err)
-			}
-			var rows [][]any
-			for _, s := range p.Items {
-				rows = append(rows, []any{s.ID, s.Status, s.Provider, s.RunID, when(s.CreatedAt)})
-			}
-			return table("ID\tSTATUS\tPROVIDER\tRUN\tCREATED", rows)
-		}},
-		{"show", "SESSION_ID", "a session", func(args []string) error {
-			u, a, err := userCmd("sessions show", "SESSION_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			return orShow(u.client().GetSession(ctx, a[0]))
-		}},
-		{"close", "SESSION_ID", "close a session (its run is cancelled if it has not ended)", func(args []string) error {
-			u, a, err := userCmd("sessions close", "SESSION_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			return orShow(u.client().CloseSession(ctx, a[0]))
-		}},
+		{"list", "", "the caller's sessions, newest first", user("sessions list", "", 0, limitFlag(&limit, 20), func(ctx context.Context, u *userFlags, c *client.Client, _ []string) error {
+			p, err := c.ListSessions(ctx, "", limit)
+			return listed(u, p.Items, err, "ID\tSTATUS\tPROVIDER\tRUN\tCREATED", func(s *client.Session) []any {
+				return []any{s.ID, s.Status, s.Provider, s.RunID, when(s.CreatedAt)}
+			})
+		})},
+		{"show", "SESSION_ID", "a session", user("sessions show", "SESSION_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
+			return orShow(c.GetSession(ctx, a[0]))
+		})},
+		{"close", "SESSION_ID", "close a session (its run is cancelled if it has not ended)", user("sessions close", "SESSION_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
+			return orShow(c.CloseSession(ctx, a[0]))
+		})},
 	})
 }
 
 func runsCmd(args []string) error {
+	var limit int
 	return sub("runs", args, []command{
-		{"list", "", "the caller's runs, newest first", func(args []string) error {
-			var limit int
-			u, _, err := userCmd("runs list", "", 0, args, func(fs *flag.FlagSet) { fs.IntVar(&limit, "limit", 20, "how many (1-500)") })
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			p, err := u.client().ListRuns(ctx, "", limit)
-			if err != nil || u.json {
-				return orShow(p, err)
-			}
-			var rows [][]any
-			for _, r := range p.Items {
-				rows = append(rows, []any{r.ID, r.Status, r.BaseModel, r.LoRA.Rank, r.NextSeqID - 1, r.LatestWeightVersion, when(r.CreatedAt)})
-			}
-			return table("ID\tSTATUS\tMODEL\tRANK\tOPS\tWEIGHTS\tCREATED", rows)
-		}},
-		{"show", "RUN_ID", "a run, with its metrics' summary", func(args []string) error {
-			u, a, err := userCmd("runs show", "RUN_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			c := u.client()
+		{"list", "", "the caller's runs, newest first", user("runs list", "", 0, limitFlag(&limit, 20), func(ctx context.Context, u *userFlags, c *client.Client, _ []string) error {
+			p, err := c.ListRuns(ctx, "", limit)
+			return listed(u, p.Items, err, "ID\tSTATUS\tMODEL\tRANK\tOPS\tWEIGHTS\tCREATED", func(r *client.Run) []any {
+				return []any{r.ID, r.Status, r.BaseModel, r.LoRA.Rank, r.NextSeqID - 1, r.LatestWeightVersion, when(r.CreatedAt)}
+			})
+		})},
+		{"show", "RUN_ID", "a run, with its metrics' summary", user("runs show", "RUN_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
 			r, err := c.GetRun(ctx, a[0])
 			if err != nil {
 				return err
@@ -176,71 +145,40 @@ func runsCmd(args []string) error {
 				return err
 			}
 			return show(map[string]any{"run": r, "metrics_summary": m.Summary})
-		}},
-		{"finish", "RUN_ID", "finish a run once its queued operations are done, and wait for it", func(args []string) error {
-			u, a, err := userCmd("runs finish", "RUN_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			c := u.client()
+		})},
+		{"finish", "RUN_ID", "finish a run once its queued operations are done, and wait for it", user("runs finish", "RUN_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
 			op, err := c.FinishRun(ctx, a[0])
 			if err != nil {
 				return err
 			}
 			return wait(ctx, c, op)
-		}},
+		})},
 	})
 }
 
 func opsCmd(args []string) error {
+	var after int64
+	var limit int
 	return sub("ops", args, []command{
-		{"list", "RUN_ID", "a run's operations in seq_id order", func(args []string) error {
-			var after int64
-			var limit int
-			u, a, err := userCmd("ops list", "RUN_ID", 1, args, func(fs *flag.FlagSet) {
-				fs.Int64Var(&after, "after", 0, "list from after this seq_id")
-				fs.IntVar(&limit, "limit", 100, "how many (1-500)")
+		{"list", "RUN_ID", "a run's operations in seq_id order", user("ops list", "RUN_ID", 1, func(fs *flag.FlagSet) {
+			fs.Int64Var(&after, "after", 0, "list from after this seq_id")
+			limitFlag(&limit, 100)(fs)
+		}, func(ctx context.Context, u *userFlags, c *client.Client, a []string) error {
+			p, err := c.ListOperations(ctx, a[0], after, limit)
+			return listed(u, p.Items, err, "SEQ\tID\tKIND\tSTATUS\tTOOK\tERROR", func(op *client.Operation) []any {
+				return []any{op.SeqID, op.ID, op.Kind, op.Status, op.UpdatedAt.Sub(op.CreatedAt).Round(time.Millisecond), deref(op.ErrorCode)}
 			})
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			p, err := u.client().ListOperations(ctx, a[0], after, limit)
-			if err != nil || u.json {
-				return orShow(p, err)
-			}
-			var rows [][]any
-			for _, op := range p.Items {
-				rows = append(rows, []any{op.SeqID, op.ID, op.Kind, op.Status, op.UpdatedAt.Sub(op.CreatedAt).Round(time.Millisecond), deref(op.ErrorCode)})
-			}
-			return table("SEQ\tID\tKIND\tSTATUS\tTOOK\tERROR", rows)
-		}},
-		{"show", "OPERATION_ID", "an operation", func(args []string) error {
-			u, a, err := userCmd("ops show", "OPERATION_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			return orShow(u.client().GetOperation(ctx, a[0]))
-		}},
-		{"wait", "OPERATION_ID", "wait for an operation to end, showing its progress", func(args []string) error {
-			u, a, err := userCmd("ops wait", "OPERATION_ID", 1, args, nil)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalled()
-			defer stop()
-			c := u.client()
+		})},
+		{"show", "OPERATION_ID", "an operation", user("ops show", "OPERATION_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
+			return orShow(c.GetOperation(ctx, a[0]))
+		})},
+		{"wait", "OPERATION_ID", "wait for an operation to end, showing its progress", user("ops wait", "OPERATION_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
 			op, err := c.GetOperation(ctx, a[0])
 			if err != nil {
 				return err
 			}
 			return wait(ctx, c, op)
-		}},
+		})},
 	})
 }
 
@@ -272,105 +210,61 @@ func wait(ctx context.Context, c *client.Client, op *client.Operation) error {
 	return nil
 }
 
-func checkpointsCmd(args []string) error {
-	u, a, err := userCmd("checkpoints", "RUN_ID", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalled()
-	defer stop()
-	p, err := u.client().ListCheckpoints(ctx, a[0], 0, 500)
-	if err != nil || u.json {
-		return orShow(p, err)
-	}
-	var rows [][]any
-	for _, cp := range p.Items {
-		rows = append(rows, []any{cp.ID, cp.Name, cp.Step, cp.SizeBytes, cp.Status, when(cp.CreatedAt)})
-	}
-	return table("ID\tNAME\tSTEP\tBYTES\tSTATUS\tCREATED", rows)
-}
+var checkpointsCmd = user("checkpoints", "RUN_ID", 1, nil, func(ctx context.Context, u *userFlags, c *client.Client, a []string) error {
+	p, err := c.ListCheckpoints(ctx, a[0], 0, 500)
+	return listed(u, p.Items, err, "ID\tNAME\tSTEP\tBYTES\tSTATUS\tCREATED", func(cp *client.Checkpoint) []any {
+		return []any{cp.ID, cp.Name, cp.Step, cp.SizeBytes, cp.Status, when(cp.CreatedAt)}
+	})
+})
 
-func artifactsCmd(args []string) error {
-	u, a, err := userCmd("artifacts", "RUN_ID", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalled()
-	defer stop()
-	p, err := u.client().ListArtifacts(ctx, a[0], 0, 500)
-	if err != nil || u.json {
-		return orShow(p, err)
-	}
-	var rows [][]any
-	for _, ar := range p.Items {
-		rows = append(rows, []any{ar.ID, ar.Kind, ar.SizeBytes, len(ar.Files), ar.Status, when(ar.CreatedAt)})
-	}
-	return table("ID\tKIND\tBYTES\tFILES\tSTATUS\tCREATED", rows)
-}
+var artifactsCmd = user("artifacts", "RUN_ID", 1, nil, func(ctx context.Context, u *userFlags, c *client.Client, a []string) error {
+	p, err := c.ListArtifacts(ctx, a[0], 0, 500)
+	return listed(u, p.Items, err, "ID\tKIND\tBYTES\tFILES\tSTATUS\tCREATED", func(ar *client.Artifact) []any {
+		return []any{ar.ID, ar.Kind, ar.SizeBytes, len(ar.Files), ar.Status, when(ar.CreatedAt)}
+	})
+})
 
-func exportsCmd(args []string) error {
-	u, a, err := userCmd("exports", "EXPORT_ID", 1, args, nil)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalled()
-	defer stop()
-	return orShow(u.client().GetExport(ctx, a[0]))
-}
+var exportsCmd = user("exports", "EXPORT_ID", 1, nil, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
+	return orShow(c.GetExport(ctx, a[0]))
+})
 
-func modelsCmd(args []string) error {
-	u, _, err := userCmd("models", "", 0, args, nil)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalled()
-	defer stop()
-	ms, err := u.client().Models(ctx)
-	if err != nil || u.json {
-		return orShow(ms, err)
-	}
-	var rows [][]any
-	for _, m := range ms {
-		rows = append(rows, []any{m.Name, m.Revision, m.Architecture, m.Parameters, m.MaxSeqLen, m.Tokenizer, strings.Join(m.Providers, ",")})
-	}
-	return table("NAME\tREVISION\tARCH\tPARAMS\tMAX_SEQ\tTOKENIZER\tPROVIDERS", rows)
-}
+var modelsCmd = user("models", "", 0, nil, func(ctx context.Context, u *userFlags, c *client.Client, _ []string) error {
+	ms, err := c.Models(ctx)
+	return listed(u, ms, err, "NAME\tREVISION\tARCH\tPARAMS\tMAX_SEQ\tTOKENIZER\tPROVIDERS", func(m *client.Model) []any {
+		return []any{m.Name, m.Revision, m.Architecture, m.Parameters, m.MaxSeqLen, m.Tokenizer, strings.Join(m.Providers, ",")}
+	})
+})
 
 // downloadCmd fetches an artifact's files through signed links, with a
 // progress bar, and checks each file's SHA-256.
 func downloadCmd(args []string) error {
 	var format, out string
-	u, a, err := userCmd("download", "ARTIFACT_ID", 1, args, func(fs *flag.FlagSet) {
+	return user("download", "ARTIFACT_ID", 1, func(fs *flag.FlagSet) {
 		fs.StringVar(&format, "format", "peft", "peft (the adapter) or merged (the base with the adapter folded in)")
 		fs.StringVar(&out, "out", "", "the folder to write (default: ./ARTIFACT_ID)")
-	})
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalled()
-	defer stop()
-	c := u.client()
-	links, err := c.DownloadLinks(ctx, a[0], format)
-	if err != nil {
-		return err
-	}
-	if out == "" {
-		out = a[0]
-	}
-	for _, f := range links.Files {
-		path := filepath.Join(out, filepath.FromSlash(f.Path))
-		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
-			return fmt.Errorf("the service named a file outside the folder: %q", f.Path)
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	}, func(ctx context.Context, _ *userFlags, c *client.Client, a []string) error {
+		links, err := c.DownloadLinks(ctx, a[0], format)
+		if err != nil {
 			return err
 		}
-		if err := fetch(ctx, c, f.URL, f.SHA256, f.SizeBytes, path); err != nil {
-			return fmt.Errorf("%s: %w", f.Path, err)
+		if out == "" {
+			out = a[0]
 		}
-	}
-	fmt.Println(out)
-	return nil
+		for _, f := range links.Files {
+			if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				return fmt.Errorf("the service named a file outside the folder: %q", f.Path)
+			}
+			path := filepath.Join(out, filepath.FromSlash(f.Path))
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			if err := fetch(ctx, c, f.URL, f.SHA256, f.SizeBytes, path); err != nil {
+				return fmt.Errorf("%s: %w", f.Path, err)
+			}
+		}
+		fmt.Println(out)
+		return nil
+	})(args)
 }
 
 // fetch writes one file (through a temporary name, so a cut download
