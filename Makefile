@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi check-typescript hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -34,6 +34,14 @@ check-typescript:
 	mkdir -p build
 	$(GO) run ./cmd/wts openapi > build/openapi.json
 	cd .ci/typescript && npm ci --no-audit --no-fund --loglevel=error && npx openapi-typescript ../../build/openapi.json --default-non-nullable false -o ../../build/wts-api.d.ts && npx tsc -p tsconfig.json
+
+# Regenerates kernels/tokenizer/testdata/golden.json: the ids Hugging
+# Face's tokenizers.js (pinned in kernels/tokenizer/golden) gives the
+# generated small preset's tokenizer (CI only reads the committed file).
+golden-tokenizer:
+	mkdir -p build
+	$(GO) run ./cmd/wts model init --preset small --out build/tokenizer-small > /dev/null
+	cd kernels/tokenizer/golden && npm ci --no-audit --no-fund --loglevel=error && node gen.mjs ../../../build/tokenizer-small/tokenizer.json ../testdata/texts.json > ../testdata/golden.json
 
 # Installs the official Hugging Face Hub client (pinned in
 # .ci/hub/package-lock.json) that the hub export test drives.

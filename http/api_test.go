@@ -3,7 +3,9 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	httpapi "github.com/wts-project/wts/http"
+	"github.com/wts-project/wts/kernels/tokenizer"
 )
 
 const v1 = "/v1/training"
@@ -433,5 +436,39 @@ func (n *node) checkUsage(sid, key string) {
 	}
 	if cost.Body["total_microusd"] != "cost_pending" || cost.Body["settlement_status"] != "pending" {
 		n.t.Errorf("cost: %s", cost.Raw)
+	}
+}
+
+// A catalog model whose folder holds a tokenizer.json says so, and serves
+// it; one without answers 404.
+func TestTokenizer(t *testing.T) {
+	n := newNode(t)
+	key := n.keys["acme"]
+	n.want(n.do("GET", v1+"/models/tiny/tokenizer", key, nil), 404, "not_found")
+	n.want(n.do("GET", v1+"/models/nope/tokenizer", key, nil), 404, "not_found")
+	tok, err := tokenizer.Generated(512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := tok.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.stop()
+	if err := os.WriteFile(filepath.Join(n.modelDir, "tokenizer.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	if m := n.do("GET", v1+"/models", key, nil); m.Body["items"].([]any)[0].(map[string]any)["tokenizer"] != true {
+		t.Fatalf("the catalog: %s", m.Raw)
+	}
+	got := n.do("GET", v1+"/models/tiny/tokenizer", key, nil)
+	n.want(got, 200, "")
+	back, err := tokenizer.Parse(got.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := back.Encode("Hello"); err != nil || len(ids) == 0 {
+		t.Fatalf("the served tokenizer: %v %v", ids, err)
 	}
 }

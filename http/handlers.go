@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -12,6 +15,7 @@ import (
 	"github.com/wts-project/wts/actors/protocol"
 	"github.com/wts-project/wts/http/jcs"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 )
 
 // pathID reads a path parameter and checks its pattern (an empty prefix
@@ -328,6 +332,22 @@ func (s *Server) offers(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
 // model_revision may name, and which providers offer each.
 func (s *Server) models(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
 	write(ctx, fasthttp.StatusOK, modelsOf(s.sys.Registry()))
+	return nil
+}
+
+// tokenizer answers a catalog model's Hugging Face tokenizer.json, for
+// the clients to turn text into token ids and back.
+func (s *Server) tokenizer(ctx *fasthttp.RequestCtx, _ persistence.Tenant) error {
+	name, _ := ctx.UserValue("model").(string)
+	m, ok := s.sys.Registry().Catalog().Lookup(name)
+	if !ok || !m.Tokenizer {
+		return protocol.Refuse(protocol.CodeNotFound, "model %q has no tokenizer.json in the catalog (GET /v1/training/models says which do)", name)
+	}
+	raw, err := os.ReadFile(filepath.Join(m.Dir, providers.TokenizerFile))
+	if err != nil {
+		return fmt.Errorf("read %s's tokenizer: %w", name, err)
+	}
+	write(ctx, fasthttp.StatusOK, json.RawMessage(raw))
 	return nil
 }
 

@@ -162,6 +162,7 @@ func (s *Server) router() *router.Router {
 	r.GET("/v1/organization/ledger", s.api(s.ledger))
 	r.GET(v1+"/capabilities", s.api(s.offers))
 	r.GET(v1+"/models", s.api(s.models))
+	r.GET(v1+"/models/{model}/tokenizer", s.api(s.tokenizer))
 	r.GET(v1+"/sessions", s.api(listOf(protocol.SessionPrefix, s.sys.ListSessions, sessionOf)))
 	r.GET(v1+"/runs", s.api(listOf(protocol.RunPrefix, s.sys.ListRuns, runOf)))
 	r.GET(v1+"/runs/{run_id}", s.api(byID("run_id", protocol.RunPrefix, "run", shown(s.sys.GetRun, runOf))))

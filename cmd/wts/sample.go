@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/sampler"
+	"github.com/wts-project/wts/kernels/tokenizer"
 	"github.com/wts-project/wts/kernels/transformer"
+	"github.com/wts-project/wts/providers"
 )
 
 // sampleCmd samples from a model folder (and optionally a PEFT adapter) on
@@ -21,6 +24,7 @@ func sampleCmd(args []string) error {
 	dir := fs.String("model", "", "HF model folder")
 	adapterDir := fs.String("adapter", "", "PEFT adapter folder (optional)")
 	prompt := fs.String("prompt", "1", "comma-separated prompt token ids")
+	text := fs.String("text", "", "a text prompt, through the model folder's tokenizer.json (in place of --prompt); the samples are printed as text too")
 	n := fs.Int("n", 1, "number of samples")
 	var p sampler.Params
 	fs.IntVar(&p.MaxTokens, "max-tokens", 16, "tokens to generate")
@@ -40,12 +44,23 @@ func sampleCmd(args []string) error {
 		p.Seed = &s
 	}
 	var toks []int
-	for _, f := range strings.Split(*prompt, ",") {
-		t, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return fmt.Errorf("sample: prompt: %w", err)
+	var tok *tokenizer.Tokenizer
+	if *text != "" {
+		var err error
+		if tok, err = tokenizer.Load(filepath.Join(*dir, providers.TokenizerFile)); err != nil {
+			return fmt.Errorf("sample: --text: %w", err)
 		}
-		toks = append(toks, t)
+		if toks, err = tok.Encode(*text); err != nil {
+			return err
+		}
+	} else {
+		for _, f := range strings.Split(*prompt, ",") {
+			t, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("sample: prompt: %w", err)
+			}
+			toks = append(toks, t)
+		}
 	}
 	w, err := model.Load(*dir)
 	if err != nil {
@@ -64,5 +79,14 @@ func sampleCmd(args []string) error {
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(res)
+	if tok == nil {
+		return enc.Encode(res)
+	}
+	texts := make([]string, len(res.Sequences))
+	for i, s := range res.Sequences {
+		if texts[i], err = tok.Decode(s.Tokens, true); err != nil {
+			return err
+		}
+	}
+	return enc.Encode(map[string]any{"prompt": *text, "prompt_tokens": toks, "texts": texts, "result": res})
 }

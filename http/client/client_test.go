@@ -283,6 +283,9 @@ func TestErrors(t *testing.T) {
 	if _, err := c.CreateLoRATrainingClient(ctx(t), "wts_0123456789abcdef0123456789abcdef", client.TrainingOptions{BaseModel: "nope"}); !client.IsCode(err, "model_not_available") {
 		t.Fatalf("a model not in the catalog: %v", err)
 	}
+	if _, err := c.Tokenizer(ctx(t), server.Model); !client.IsCode(err, "not_found") {
+		t.Fatalf("the tokenizer of a model without one: %v", err)
+	}
 	if _, err := client.New("http://"+server.Addr, "svc_test_nope").Models(ctx(t)); !client.IsCode(err, "unauthorized") {
 		t.Fatalf("a wrong key: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/kernels/tokenizer"
 )
 
 // SessionOptions is a session's creation request. RequestID names it for
@@ -108,6 +109,17 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 		Items []Model `json:"items"`
 	}
 	return page.Items, c.do(ctx, "GET", "/v1/training/models", nil, &page)
+}
+
+// Tokenizer fetches a catalog model's tokenizer (for a model whose
+// catalog entry says tokenizer: true), to turn text into token ids and
+// back on the caller's side.
+func (c *Client) Tokenizer(ctx context.Context, model string) (*tokenizer.Tokenizer, error) {
+	var raw json.RawMessage
+	if err := c.do(ctx, "GET", "/v1/training/models/"+url.PathEscape(model)+"/tokenizer", nil, &raw); err != nil {
+		return nil, err
+	}
+	return tokenizer.Parse(raw)
 }
 
 // Model looks a catalog model up by name.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wts-project/wts/kernels/rng"
 	"github.com/wts-project/wts/kernels/safetensors"
+	"github.com/wts-project/wts/kernels/tokenizer"
 )
 
 // Presets are the shapes the generator knows. tiny* are for unit tests (one
@@ -157,7 +158,31 @@ func Generate(name string, seed uint64, dir string, dtype safetensors.DType) err
 	if err != nil {
 		return err
 	}
-	return w.Save(dir, dtype)
+	if err := w.Save(dir, dtype); err != nil {
+		return err
+	}
+	return writeTokenizer(cfg, dir)
+}
+
+// writeTokenizer gives a generated model a generated tokenizer
+// (tokenizer.Generated), so that text works with it: presets whose
+// vocabulary holds the 256 bytes and whose BOS and EOS are the
+// tokenizer's (the unit tests' tiny presets have neither; the public
+// shapes keep their real tokens' ids, which a generated tokenizer would
+// contradict).
+func writeTokenizer(cfg Config, dir string) error {
+	if cfg.Vocab < len(tokenizer.Specials)+256 || cfg.BOS != 1 || cfg.EOS != 2 {
+		return nil
+	}
+	t, err := tokenizer.Generated(cfg.Vocab)
+	if err != nil {
+		return err
+	}
+	raw, err := t.JSON()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644)
 }
 
 // ParamCount is the number of stored parameters (a tied head counts once).
