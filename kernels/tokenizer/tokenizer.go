@@ -27,7 +27,7 @@ type Tokenizer struct {
 	vocab   map[string]int // token → id
 	tokens  []string       // id → token ("" where no token has it)
 	ranks   map[[2]string]int
-	special []Special // longest first, as they are matched in text
+	special []Special      // longest first, as they are matched in text
 	byFirst map[byte][]int // first byte → indices in special
 	isSpec  map[int]bool   // the specials' ids
 }
