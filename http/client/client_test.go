@@ -26,6 +26,7 @@ import (
 	"github.com/wts-project/wts/bench/service"
 	"github.com/wts-project/wts/http/client"
 	"github.com/wts-project/wts/http/jcs"
+	"github.com/wts-project/wts/kernels/tokenizer"
 )
 
 var (
@@ -117,11 +118,32 @@ func TestPython(t *testing.T) {
 		}
 	}
 	t.Run("jcs", func(t *testing.T) { sameCanonical(t, python) })
+	tok, err := tokenizer.Generated(8192) // the small preset's
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := tok.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokPath := filepath.Join(work, "tokenizer.json")
+	if err := os.WriteFile(tokPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	golden, err := filepath.Abs(filepath.Join("..", "..", "kernels", "tokenizer", "testdata", "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(python, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
 	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "WTS_URL=http://"+server.Addr, "WTS_API_KEY="+server.Key, "WTS_MODEL="+server.Model)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	cmd.Env = append(os.Environ(), "WTS_URL=http://"+server.Addr, "WTS_API_KEY="+server.Key, "WTS_MODEL="+server.Model,
+		"WTS_TOKENIZER_JSON="+tokPath, "WTS_TOKENIZER_GOLDEN="+golden)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("the Python client's tests: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "test_golden (tests.test_tokenizer.TestTokenizer") || strings.Contains(string(out), "skipped") {
+		t.Fatalf("the Python client's tokenizer tests did not run:\n%s", out)
 	}
 }
 

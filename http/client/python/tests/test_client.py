@@ -95,6 +95,9 @@ class TestClient(unittest.TestCase):
         self.assertEqual((e.exception.status, e.exception.code), (401, "unauthorized"))
         self.assertTrue(e.exception.request_id)
         with self.assertRaises(WtsError) as e:
+            service.get_tokenizer(server.model)  # the tests' tiny model has none
+        self.assertEqual(e.exception.code, "not_found")
+        with self.assertRaises(WtsError) as e:
             service.create_lora_training_client("no-such-model")
         self.assertEqual(e.exception.code, "model_not_available")
         with service.create_lora_training_client(server.model, rank=4) as training:

@@ -11,6 +11,8 @@
 from .client import Future, Retry, SamplingClient, ServiceClient, TrainingClient
 from .errors import OperationFailed, WtsError
 from .jcs import canonicalize
+from .tokenizer import Tokenizer
+from .tokenizer import load as load_tokenizer
 from .types import (AdamParams, CheckpointResult, Datum, ExportResult, ForwardBackwardOutput, LogprobsResponse, LossFnOutput, Model,
                     ModelInput, Operation, OptimStepResult, Progress, SampledSequence, SampleResponse, SamplingParams,
                     SaveWeightsResult, next_token_datum)
@@ -21,5 +23,5 @@ __all__ = [
     "ServiceClient", "TrainingClient", "SamplingClient", "Future", "Retry", "WtsError", "OperationFailed", "canonicalize",
     "AdamParams", "SamplingParams", "Datum", "ModelInput", "next_token_datum", "ForwardBackwardOutput", "LossFnOutput",
     "OptimStepResult", "CheckpointResult", "SaveWeightsResult", "ExportResult", "SampleResponse", "SampledSequence",
-    "LogprobsResponse", "Operation", "Progress", "Model",
+    "LogprobsResponse", "Operation", "Progress", "Model", "Tokenizer", "load_tokenizer",
 ]

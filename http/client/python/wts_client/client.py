@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from . import jcs
+from . import jcs, tokenizer
 from .errors import OperationFailed, WtsError
 from .types import (AdamParams, CheckpointResult, ExportResult, ForwardBackwardOutput, LogprobsResponse, Model, ModelInput, Operation,
                     OptimStepResult, SampleResponse, SamplingParams, SaveWeightsResult)
@@ -165,6 +165,11 @@ class ServiceClient:
     def list_runs(self, after=None, limit=100):
         """A page of the caller's runs, newest first."""
         return self.request("GET", "/v1/training/runs?" + urllib.parse.urlencode(_page(after, limit)))
+
+    def get_tokenizer(self, model):
+        """A catalog model's tokenizer (``get_models`` says which have one):
+        ``encode(text)`` gives token ids, ``decode(ids)`` text."""
+        return tokenizer.load(self.request("GET", "/v1/training/models/%s/tokenizer" % _q(model)))
 
     def get_capabilities(self):
         return self.request("GET", "/v1/training/capabilities")["items"]
