@@ -6,24 +6,42 @@ import (
 	"unicode/utf8"
 )
 
-// contractions are the English suffixes GPT-2's pattern splits off first.
-var contractions = []string{"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"}
+// Pattern is a pre-tokenization pattern of Hugging Face tokenizers, as the
+// tokenizer.json spells it, written out by hand (Go's regexp has neither
+// look-ahead nor Oniguruma's classes): at each place the first
+// alternative that matches takes the longest run it can.
+type Pattern struct {
+	Regex string
+	piece func(text string) int // the length of the piece that starts text
+}
 
-// split cuts text as GPT-2's pre-tokenization pattern does,
-//
-//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//
-// written out by hand (Go's regexp has no look-ahead): at each place the
-// first alternative that matches takes the longest run it can.
-func split(text string) []string {
+// Split cuts text into the pattern's pieces.
+func (p *Pattern) Split(text string) []string {
 	var out []string
 	for text != "" {
-		n := piece(text)
+		n := p.piece(text)
 		out = append(out, text[:n])
 		text = text[n:]
 	}
 	return out
 }
+
+// The patterns this package knows: GPT-2's (a ByteLevel pre-tokenizer's
+// own), and the Split patterns of Llama 3 and of Qwen 2 and 3.
+var (
+	GPT2   = &Pattern{`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`, piece}
+	Llama3 = &Pattern{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		func(text string) int { return splitPiece(text, 3) }}
+	Qwen2 = &Pattern{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		func(text string) int { return splitPiece(text, 1) }}
+	Patterns = []*Pattern{GPT2, Llama3, Qwen2}
+)
+
+// contractions are the English suffixes the patterns split off first.
+var contractions = []string{"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"}
+
+// split cuts text as GPT-2's pattern does.
+func split(text string) []string { return GPT2.Split(text) }
 
 // class is which of the pattern's runs a character continues.
 type class int
@@ -47,7 +65,7 @@ func classOf(r rune) class {
 	return other
 }
 
-// piece is the length of the piece that starts text.
+// piece is the length of the piece of GPT-2's pattern that starts text.
 func piece(text string) int {
 	for _, c := range contractions {
 		if strings.HasPrefix(text, c) {
@@ -64,9 +82,14 @@ func piece(text string) int {
 	if c := classOf(r); c != space {
 		return start + run(text[start:], c)
 	}
-	// Whitespace: all of it at the end of the text, else all but its last
-	// character (which goes with what follows), unless it is a single one.
-	n := run(text, space)
+	return spaces(text, run(text, space))
+}
+
+// spaces is the length of the piece of a run of n bytes of whitespace
+// that starts text, by \s+(?!\S)|\s+: all of it at the end of the text,
+// else all but its last character (which goes with what follows), unless
+// it is a single one.
+func spaces(text string, n int) int {
 	if n == len(text) {
 		return n
 	}
@@ -75,6 +98,62 @@ func piece(text string) int {
 		return n - last
 	}
 	return n
+}
+
+// splitPiece is the length of the piece that starts text by Llama 3's
+// pattern (digits up to 3) or Qwen's (digits 1):
+//
+//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}|
+//	 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+func splitPiece(text string, digits int) int {
+	for _, c := range contractions {
+		if len(text) >= len(c) && strings.EqualFold(text[:len(c)], c) {
+			return len(c)
+		}
+	}
+	r, size := utf8.DecodeRuneInString(text)
+	c := classOf(r)
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if c == letter {
+		return run(text, letter)
+	}
+	if c != number && r != '\r' && r != '\n' && size < len(text) {
+		if next, _ := utf8.DecodeRuneInString(text[size:]); classOf(next) == letter {
+			return size + run(text[size:], letter)
+		}
+	}
+	// \p{N}{1,digits}
+	if c == number {
+		n := 0
+		for k := 0; k < digits && n < len(text); k++ {
+			r, size := utf8.DecodeRuneInString(text[n:])
+			if classOf(r) != number {
+				break
+			}
+			n += size
+		}
+		return n
+	}
+	//  ?[^\s\p{L}\p{N}]+[\r\n]*
+	start := 0
+	if r == ' ' && size < len(text) {
+		if next, _ := utf8.DecodeRuneInString(text[size:]); classOf(next) == other {
+			start = size
+		}
+	}
+	if start > 0 || c == other {
+		n := start + run(text[start:], other)
+		for n < len(text) && (text[n] == '\r' || text[n] == '\n') {
+			n++
+		}
+		return n
+	}
+	// \s*[\r\n]+: the whitespace up to its last line break, if it has one.
+	n := run(text, space)
+	if last := strings.LastIndexAny(text[:n], "\r\n"); last >= 0 {
+		return last + 1
+	}
+	return spaces(text, n)
 }
 
 // run is the length of the run of characters of class c that starts text.

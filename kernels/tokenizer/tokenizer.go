@@ -1,13 +1,17 @@
 // Package tokenizer reads and writes Hugging Face `tokenizer.json` files of
-// byte-level BPE tokenizers (GPT-2's scheme: the text split by GPT-2's
-// pattern, each piece's bytes mapped to printable characters and merged
-// by rank), and turns text into token ids and back. It also trains one,
-// so that the generated model presets come with a tokenizer
-// (model.Generate). Other tokenizer kinds are refused with a clear error.
+// byte-level BPE tokenizers (the text split by a pattern, each piece's
+// bytes mapped to printable characters and merged by rank), and turns
+// text into token ids and back: GPT-2's scheme, and Llama 3's and Qwen's
+// (a Split by their patterns; Qwen's after NFC; Llama 3's whole-word
+// tokens first). It also trains one, so that the generated model presets
+// come with a tokenizer (model.Generate). Other tokenizer kinds
+// (SentencePiece, WordPiece, other patterns) are refused with a clear
+// error.
 //
 // The reference is Hugging Face's own implementation: testdata/golden.json
 // holds the ids @huggingface/tokenizers gives for the generated tokenizer
-// (golden/gen.mjs, `make golden-tokenizer`).
+// with each of the three pre-tokenizations (golden/gen.mjs, `make
+// golden-tokenizer`).
 package tokenizer
 
 import (
@@ -17,6 +21,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // ErrUnsupported refuses a tokenizer.json this package does not implement.
@@ -30,6 +36,10 @@ type Tokenizer struct {
 	special []Special      // longest first, as they are matched in text
 	byFirst map[byte][]int // first byte → indices in special
 	isSpec  map[int]bool   // the specials' ids
+
+	pattern      *Pattern // how text is split before the merges
+	nfc          bool     // text is NFC-normalized first
+	ignoreMerges bool     // a piece that is a token as a whole is that token
 }
 
 // Special is an added token: matched whole in the text before the rest is
@@ -44,7 +54,7 @@ type file struct {
 	Version      string          `json:"version"`
 	AddedTokens  []addedToken    `json:"added_tokens"`
 	Normalizer   json.RawMessage `json:"normalizer"`
-	PreTokenizer *byteLevel      `json:"pre_tokenizer"`
+	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 	PostProc     json.RawMessage `json:"post_processor"`
 	Decoder      *byteLevel      `json:"decoder"`
 	Model        bpeModel        `json:"model"`
@@ -102,17 +112,21 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	switch {
 	case f.Model.Type != "BPE":
 		return nil, fmt.Errorf("%w: model %q (only BPE)", ErrUnsupported, f.Model.Type)
-	case f.PreTokenizer == nil || f.PreTokenizer.Type != "ByteLevel" || !f.PreTokenizer.UseRegex || f.PreTokenizer.AddPrefixSpace:
-		return nil, fmt.Errorf("%w: only a ByteLevel pre-tokenizer with GPT-2's pattern and no prefix space", ErrUnsupported)
 	case f.Decoder == nil || f.Decoder.Type != "ByteLevel":
 		return nil, fmt.Errorf("%w: only a ByteLevel decoder", ErrUnsupported)
-	case len(f.Normalizer) > 0 && string(f.Normalizer) != "null":
-		return nil, fmt.Errorf("%w: a normalizer", ErrUnsupported)
-	case f.Model.ByteFallback || f.Model.IgnoreMerges || f.Model.ContinuingSubwordPrefix != nil && *f.Model.ContinuingSubwordPrefix != "" ||
+	case f.Model.ByteFallback || f.Model.ContinuingSubwordPrefix != nil && *f.Model.ContinuingSubwordPrefix != "" ||
 		f.Model.EndOfWordSuffix != nil && *f.Model.EndOfWordSuffix != "":
-		return nil, fmt.Errorf("%w: byte fallback, ignore_merges or subword affixes", ErrUnsupported)
+		return nil, fmt.Errorf("%w: byte fallback or subword affixes", ErrUnsupported)
 	}
-	t := &Tokenizer{vocab: f.Model.Vocab, ranks: map[[2]string]int{}}
+	pattern, err := preTokenizer(f.PreTokenizer)
+	if err != nil {
+		return nil, err
+	}
+	nfc, err := normalizer(f.Normalizer)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{vocab: f.Model.Vocab, ranks: map[[2]string]int{}, pattern: pattern, nfc: nfc, ignoreMerges: f.Model.IgnoreMerges}
 	for tok, id := range f.Model.Vocab {
 		if id < 0 || id > 1<<24 {
 			return nil, fmt.Errorf("tokenizer.json: token %q has id %d", tok, id)
@@ -151,6 +165,58 @@ func (t *Tokenizer) index() {
 	}
 }
 
+// preTokenizer recognises the pre-tokenizer: ByteLevel with its own
+// pattern (GPT-2's), or a Split by one of the patterns Patterns knows
+// followed by ByteLevel without one (Llama 3's and Qwen's layout).
+func preTokenizer(raw json.RawMessage) (*Pattern, error) {
+	type split struct {
+		Type    string `json:"type"`
+		Pattern struct {
+			Regex string `json:"Regex"`
+		} `json:"pattern"`
+		Behavior string `json:"behavior"`
+		Invert   bool   `json:"invert"`
+	}
+	var pt struct {
+		byteLevel
+		Pretokenizers []json.RawMessage `json:"pretokenizers"`
+	}
+	if err := json.Unmarshal(raw, &pt); err != nil {
+		return nil, fmt.Errorf("%w: pre_tokenizer: %v", ErrUnsupported, err)
+	}
+	if pt.Type == "ByteLevel" && pt.UseRegex && !pt.AddPrefixSpace {
+		return GPT2, nil
+	}
+	if pt.Type == "Sequence" && len(pt.Pretokenizers) == 2 {
+		var sp split
+		var bl byteLevel
+		if json.Unmarshal(pt.Pretokenizers[0], &sp) == nil && json.Unmarshal(pt.Pretokenizers[1], &bl) == nil &&
+			sp.Type == "Split" && sp.Behavior == "Isolated" && !sp.Invert && bl.Type == "ByteLevel" && !bl.UseRegex && !bl.AddPrefixSpace {
+			for _, p := range Patterns {
+				if p.Regex == sp.Pattern.Regex {
+					return p, nil
+				}
+			}
+			return nil, fmt.Errorf("%w: split pattern %q (known: GPT-2's, Llama 3's, Qwen's)", ErrUnsupported, sp.Pattern.Regex)
+		}
+	}
+	return nil, fmt.Errorf("%w: only ByteLevel pre-tokenizers (alone, or after a Split by a known pattern) without a prefix space", ErrUnsupported)
+}
+
+// normalizer recognises no normalizer, or NFC (Qwen's).
+func normalizer(raw json.RawMessage) (nfc bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return false, nil
+	}
+	var n struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(raw, &n) == nil && n.Type == "NFC" {
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: normalizer %s (only none or NFC)", ErrUnsupported, raw)
+}
+
 func (t *Tokenizer) set(id int, tok string) {
 	for len(t.tokens) <= id {
 		t.tokens = append(t.tokens, "")
@@ -168,7 +234,11 @@ func (t *Tokenizer) Encode(text string) ([]int, error) {
 	var ids []int
 	for text != "" {
 		at, sp := t.nextSpecial(text)
-		for _, piece := range split(text[:at]) {
+		chunk := text[:at]
+		if t.nfc {
+			chunk = norm.NFC.String(chunk)
+		}
+		for _, piece := range t.pattern.Split(chunk) {
 			for _, tok := range t.bpe(piece) {
 				id, ok := t.vocab[tok]
 				if !ok {
@@ -206,6 +276,11 @@ func (t *Tokenizer) bpe(piece string) []string {
 	var syms []string
 	for i := 0; i < len(piece); i++ {
 		syms = append(syms, string(byteRune[piece[i]]))
+	}
+	if whole := strings.Join(syms, ""); t.ignoreMerges {
+		if _, ok := t.vocab[whole]; ok {
+			return []string{whole}
+		}
 	}
 	for len(syms) > 1 {
 		best, at := -1, -1

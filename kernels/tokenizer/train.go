@@ -45,7 +45,7 @@ func Train(corpus string, size int, specials []string) (*Tokenizer, error) {
 	if size < len(specials)+256 {
 		return nil, fmt.Errorf("tokenizer: %d tokens cannot hold %d specials and the 256 bytes", size, len(specials))
 	}
-	t := &Tokenizer{vocab: map[string]int{}, ranks: map[[2]string]int{}}
+	t := &Tokenizer{vocab: map[string]int{}, ranks: map[[2]string]int{}, pattern: GPT2}
 	for i, s := range specials {
 		t.set(i, s)
 		t.vocab[s] = i
@@ -120,7 +120,7 @@ func (t *Tokenizer) JSON() ([]byte, error) {
 	f := file{
 		Version:      "1.0",
 		AddedTokens:  []addedToken{},
-		PreTokenizer: &byteLevel{Type: "ByteLevel", TrimOffsets: true, UseRegex: true},
+		PreTokenizer: json.RawMessage(`{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`),
 		Decoder:      &byteLevel{Type: "ByteLevel", TrimOffsets: true, UseRegex: true},
 		Model:        bpeModel{Type: "BPE", Vocab: map[string]int{}, Merges: merges},
 	}

@@ -2,10 +2,11 @@
 (``ServiceClient.get_tokenizer``).
 
 With the ``tokenizers`` package installed, it does the work. Without it,
-this module reads byte-level BPE tokenizers itself (GPT-2's scheme, the
-one the service's generated models ship; testdata/golden.json in
-kernels/tokenizer holds Hugging Face's ids that both readers are checked
-against), and refuses other kinds with ValueError.
+this module reads byte-level BPE tokenizers itself: GPT-2's scheme (the
+one the service's generated models ship) and Llama 3's and Qwen's (a
+Split by their pattern, Qwen's after NFC); kernels/tokenizer's
+testdata/golden.json holds Hugging Face's ids that both readers are
+checked against. Other kinds raise ValueError.
 """
 
 import json
@@ -77,14 +78,65 @@ def _run(text, i, cls):
     return j
 
 
-def split(text):
-    """Cuts text as GPT-2's pre-tokenization pattern does."""
+def split(text, piece=None):
+    """Cuts text as a pre-tokenization pattern does (GPT-2's by default;
+    piece gives the end of the piece at a place)."""
+    piece = piece or _piece
     out, i = [], 0
     while i < len(text):
-        j = _piece(text, i)
+        j = piece(text, i)
         out.append(text[i:j])
         i = j
     return out
+
+
+def _spaces(text, i, j):
+    """The end of the piece of the whitespace text[i:j] by \\s+(?!\\S)|\\s+."""
+    if j == len(text) or j - i == 1:
+        return j
+    return j - 1
+
+
+def _split_piece(text, i, digits):
+    """The end of the piece at i by Llama 3's pattern (digits 3) or Qwen's
+    (digits 1): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|
+    \\p{N}{1,digits}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"""
+    for c in _CONTRACTIONS:
+        if text[i:i + len(c)].lower() == c:
+            return i + len(c)
+    ch = text[i]
+    cls = _class(ch)
+    if cls == "letter":
+        return _run(text, i, "letter")
+    if cls != "number" and ch not in "\r\n" and i + 1 < len(text) and _class(text[i + 1]) == "letter":
+        return _run(text, i + 1, "letter")
+    if cls == "number":
+        j = i
+        while j < len(text) and j - i < digits and _class(text[j]) == "number":
+            j += 1
+        return j
+    start = i
+    if ch == " " and i + 1 < len(text) and _class(text[i + 1]) == "other":
+        start = i + 1
+    if start > i or cls == "other":
+        j = _run(text, start, "other")
+        while j < len(text) and text[j] in "\r\n":
+            j += 1
+        return j
+    j = _run(text, i, "space")
+    breaks = [k for k in range(i, j) if text[k] in "\r\n"]
+    if breaks:
+        return breaks[-1] + 1
+    return _spaces(text, i, j)
+
+
+# The Split patterns this reader knows, as tokenizer.json spells them.
+_PATTERNS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
+        lambda text, i: _split_piece(text, i, 3),  # Llama 3
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
+        lambda text, i: _split_piece(text, i, 1),  # Qwen 2 and 3
+}
 
 
 def _piece(text, i):
@@ -97,12 +149,7 @@ def _piece(text, i):
     cls = _class(text[start])
     if cls != "space":
         return _run(text, start, cls)
-    # Whitespace: all of it at the end, else all but its last character
-    # (which goes with what follows), unless it is a single one.
-    j = _run(text, i, "space")
-    if j == len(text) or j - i == 1:
-        return j
-    return j - 1
+    return _spaces(text, i, _run(text, i, "space"))
 
 
 class Tokenizer:
@@ -112,12 +159,16 @@ class Tokenizer:
         model, pre, dec = doc.get("model") or {}, doc.get("pre_tokenizer") or {}, doc.get("decoder") or {}
         if model.get("type") != "BPE":
             raise ValueError("unsupported tokenizer: model %r (only BPE)" % model.get("type"))
-        if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
-            raise ValueError("unsupported tokenizer: only a ByteLevel pre-tokenizer with GPT-2's pattern and no prefix space")
+        self._piece = self._pre_tokenizer(pre)
         if dec.get("type") != "ByteLevel":
             raise ValueError("unsupported tokenizer: only a ByteLevel decoder")
-        if doc.get("normalizer") or model.get("byte_fallback") or model.get("ignore_merges"):
-            raise ValueError("unsupported tokenizer: a normalizer, byte fallback or ignore_merges")
+        norm = doc.get("normalizer")
+        if norm and norm.get("type") != "NFC":
+            raise ValueError("unsupported tokenizer: normalizer %r (only none or NFC)" % norm.get("type"))
+        self._nfc = bool(norm)
+        if model.get("byte_fallback"):
+            raise ValueError("unsupported tokenizer: byte fallback")
+        self._ignore_merges = bool(model.get("ignore_merges"))
         self.vocab = dict(model["vocab"])
         self.tokens = {i: t for t, i in self.vocab.items()}
         self.ranks = {}
@@ -135,6 +186,23 @@ class Tokenizer:
             self._by_first.setdefault(content[0], []).append(content)
         self._special_ids = set(self.special.values())
 
+    @staticmethod
+    def _pre_tokenizer(pre):
+        """The piece function of a ByteLevel pre-tokenizer (GPT-2's pattern),
+        or of a Split by a known pattern followed by ByteLevel without one."""
+        if pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space"):
+            return _piece
+        steps = pre.get("pretokenizers") or []
+        if pre.get("type") == "Sequence" and len(steps) == 2:
+            sp, bl = steps
+            if (sp.get("type") == "Split" and sp.get("behavior") == "Isolated" and not sp.get("invert") and bl.get("type") == "ByteLevel"
+                    and not bl.get("use_regex", True) and not bl.get("add_prefix_space")):
+                piece = _PATTERNS.get((sp.get("pattern") or {}).get("Regex"))
+                if piece:
+                    return piece
+                raise ValueError("unsupported tokenizer: split pattern %r" % (sp.get("pattern"),))
+        raise ValueError("unsupported tokenizer: only ByteLevel pre-tokenizers (alone, or after a Split by a known pattern) without a prefix space")
+
     def encode(self, text):
         """Token ids of text: added tokens where their text is, the rest split
         by GPT-2's pattern and merged by BPE."""
@@ -149,7 +217,8 @@ class Tokenizer:
             if hit is None and i < len(text):
                 i += 1
                 continue
-            for piece in split(text[start:i]):
+            chunk = unicodedata.normalize("NFC", text[start:i]) if self._nfc else text[start:i]
+            for piece in split(chunk, self._piece):
                 for tok in self._bpe(piece):
                     if tok not in self.vocab:
                         raise ValueError("%r has no id" % tok)
@@ -163,6 +232,8 @@ class Tokenizer:
 
     def _bpe(self, piece):
         syms = [_BYTE_CHAR[b] for b in piece.encode("utf-8")]
+        if self._ignore_merges and "".join(syms) in self.vocab:
+            return ["".join(syms)]
         while len(syms) > 1:
             best = min(((self.ranks[p], k) for k, p in enumerate(zip(syms, syms[1:])) if p in self.ranks), default=None)
             if best is None:
