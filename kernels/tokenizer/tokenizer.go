@@ -87,7 +87,45 @@ type bpeModel struct {
 	ByteFallback            bool           `json:"byte_fallback"`
 	IgnoreMerges            bool           `json:"ignore_merges"`
 	Vocab                   map[string]int `json:"vocab"`
-	Merges                  []string       `json:"merges"`
+	Merges                  merges         `json:"merges"`
+}
+
+// merges are the model's merges in rank order, each two tokens: written
+// "a b" by older files, ["a", "b"] by newer ones (which allows a space in a
+// token).
+type merges [][2]string
+
+func (m *merges) UnmarshalJSON(raw []byte) error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return err
+	}
+	*m = make(merges, len(items))
+	for i, it := range items {
+		var pair []string
+		if err := json.Unmarshal(it, &pair); err == nil && len(pair) == 2 && pair[0] != "" && pair[1] != "" {
+			(*m)[i] = [2]string{pair[0], pair[1]}
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(it, &s); err != nil {
+			return fmt.Errorf("merge %d: %s is neither \"a b\" nor [\"a\", \"b\"]", i, it)
+		}
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || a == "" || b == "" {
+			return fmt.Errorf("merge %d %q is not two tokens", i, s)
+		}
+		(*m)[i] = [2]string{a, b}
+	}
+	return nil
+}
+
+func (m merges) MarshalJSON() ([]byte, error) {
+	out := make([]string, len(m))
+	for i, p := range m {
+		out[i] = p[0] + " " + p[1]
+	}
+	return json.Marshal(out)
 }
 
 // Load reads a tokenizer.json file.
@@ -133,13 +171,9 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		}
 		t.set(id, tok)
 	}
-	for rank, m := range f.Model.Merges {
-		a, b, ok := strings.Cut(m, " ")
-		if !ok || a == "" || b == "" {
-			return nil, fmt.Errorf("tokenizer.json: merge %d %q is not two tokens", rank, m)
-		}
-		if _, seen := t.ranks[[2]string{a, b}]; !seen {
-			t.ranks[[2]string{a, b}] = rank
+	for rank, p := range f.Model.Merges {
+		if _, seen := t.ranks[p]; !seen {
+			t.ranks[p] = rank
 		}
 	}
 	for _, a := range f.AddedTokens {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -117,5 +118,30 @@ func TestRefusals(t *testing.T) {
 	}
 	if s, err := tok.Decode([]int{1, 75, 2}, true); err != nil || s != "H" {
 		t.Errorf("skipping specials: %q %v", s, err)
+	}
+}
+
+// Newer files write each merge as ["a", "b"]: read the same.
+func TestMergePairs(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(generatedJSON(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	model := doc["model"].(map[string]any)
+	var pairs [][]string
+	for _, m := range model["merges"].([]any) {
+		a, b, _ := strings.Cut(m.(string), " ")
+		pairs = append(pairs, []string{a, b})
+	}
+	model["merges"] = pairs
+	raw, _ := json.Marshal(doc)
+	tok, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const text = "A small model learns what it is shown."
+	want, _ := generated(t).Encode(text)
+	if got, err := tok.Encode(text); err != nil || !slices.Equal(got, want) || len(want) >= len(text) {
+		t.Fatalf("with merge pairs: %v %v, want %v (merged)", got, err, want)
 	}
 }

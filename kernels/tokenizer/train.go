@@ -113,16 +113,16 @@ func Train(corpus string, size int, specials []string) (*Tokenizer, error) {
 
 // JSON is the tokenizer as a Hugging Face tokenizer.json document.
 func (t *Tokenizer) JSON() ([]byte, error) {
-	merges := make([]string, len(t.ranks))
+	ms := make(merges, len(t.ranks))
 	for p, r := range t.ranks {
-		merges[r] = p[0] + " " + p[1]
+		ms[r] = p
 	}
 	f := file{
 		Version:      "1.0",
 		AddedTokens:  []addedToken{},
 		PreTokenizer: json.RawMessage(`{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`),
 		Decoder:      &byteLevel{Type: "ByteLevel", TrimOffsets: true, UseRegex: true},
-		Model:        bpeModel{Type: "BPE", Vocab: map[string]int{}, Merges: merges},
+		Model:        bpeModel{Type: "BPE", Vocab: map[string]int{}, Merges: ms},
 	}
 	for _, s := range slices.SortedFunc(slices.Values(t.special), func(x, y Special) int { return x.ID - y.ID }) {
 		f.AddedTokens = append(f.AddedTokens, addedToken{ID: s.ID, Content: s.Content, Special: true})

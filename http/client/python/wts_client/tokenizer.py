@@ -173,7 +173,7 @@ class Tokenizer:
         self.tokens = {i: t for t, i in self.vocab.items()}
         self.ranks = {}
         for rank, m in enumerate(model.get("merges", [])):
-            pair = tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)
+            pair = tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m)  # "a b", or ["a", "b"] in newer files
             if len(pair) != 2:
                 raise ValueError("merge %d %r is not two tokens" % (rank, m))
             self.ranks.setdefault(pair, rank)
