@@ -207,8 +207,8 @@ type opBody struct {
 }
 
 // decodePlain is opBody's plain decoder: every submission's body came
-// through go-json's stream decoder, ~2% of the service's CPU at 64
-// clients. FuzzOpBodyPlain holds it to Strict.
+// through go-json's stream decoder, which showed in bench/apibench's CPU
+// profiles. FuzzOpBodyPlain holds it to Strict.
 func (b *opBody) decodePlain(body []byte) bool {
 	s := scan.Scanner{Buf: body}
 	str := func(v **string) bool {

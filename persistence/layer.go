@@ -159,9 +159,9 @@ func (l *layer) inRange(b Bucket, prefix, start string, fn func(key string, e en
 }
 
 // apply writes l into a store-file transaction. It yields every 128
-// entries: a checkpoint applies thousands (7-11 ms of CPU in one go), and on
-// a two-core node that took a processor from the requests for as long,
-// which an execution trace showed as a stall in their latencies.
+// entries: a checkpoint applies thousands (milliseconds of CPU in one go),
+// and on a two-core node that took a processor from the requests for as
+// long, which an execution trace showed as a stall in their latencies.
 func (l *layer) apply(tx *bolt.Tx) error {
 	for b, bl := range l.buckets {
 		bk := tx.Bucket([]byte(b))

@@ -75,8 +75,8 @@ const maxBatch = 512
 // on to the next generation and a checkpoint moves the finished one into
 // the store file in the background: one bbolt commit (its pages and sync)
 // for thousands of writes, which keeps what readers walk and a restart
-// replays small. Run in the commit loop, a checkpoint of 8,192 entries
-// held every writer for 35–45 ms.
+// replays small. Run in the commit loop, a checkpoint of thousands of
+// entries held every writer for tens of milliseconds.
 const (
 	checkpointBytes = 16 << 20
 	checkpointLog   = 64 << 20
@@ -400,12 +400,13 @@ func (s *Local) commitLoop() {
 // then waits for more as long as each comes within gap of the one before,
 // until deadline. The commit loop asks for that while writes come from
 // several writers (the previous group had two or more) because a sync
-// costs CPU as well as time: on this project's virtual disks an fdatasync
-// takes ~200 µs of system time, half its wall time, and at 64 clients,
-// with groups of ~5 writes, syncs were ~17% of the service's CPU while the
-// cores were the limit. Waiting grew those groups to ~14 writes and took
-// a median 8% off the CPU per submission at 64 clients (27% at 4). A lone
-// writer never waits; a few clients whose writes are all in wait one gap.
+// costs CPU as well as time (on virtual disks an fdatasync's system time
+// is a good part of its wall time), and with many clients and small
+// groups the syncs were a large share of the service's CPU while the
+// cores were the limit. Waiting grows the groups and takes CPU off each
+// submission (bench/apibench's "store" and "service CPU" lines show
+// both). A lone writer never waits; a few clients whose writes are all in
+// wait one gap.
 // t is the loop's timer, stopped.
 func (s *Local) gather(batch []*write, gap time.Duration, deadline time.Time, t *time.Timer) []*write {
 	for len(batch) < maxBatch {

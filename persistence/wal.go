@@ -11,8 +11,9 @@ import (
 )
 
 // The write-ahead log makes a group commit one sequential write and one
-// fdatasync: committed through bbolt, a group of ~16 writes rewrote ~60
-// B+tree pages at scattered offsets and synced twice, 4–6 ms a commit.
+// fdatasync: committed through bbolt, a group of writes rewrote several
+// times as many B+tree pages at scattered offsets and synced twice, which
+// made every commit milliseconds long.
 // Records are the final values a group left (see layer), so replaying one
 // twice changes nothing. The log is two files used by turns, one
 // generation each: a checkpoint moves a finished generation into bbolt

@@ -355,9 +355,9 @@ func (e *Trainer) work() {
 		// With a backlog the worker ran slice after slice on one
 		// processor, and Go preempts a running goroutine only after 10 ms:
 		// the request goroutines queued behind it waited that long. Yielding
-		// after each lets them go first (submit p99 at 64 clients ~10%
-		// lower). Where the engine has threads of its own at a lower
-		// priority (par.Configure), the OS runs the requests first instead.
+		// after each lets them go first (it shows in bench/apibench's submit
+		// p99). Where the engine has threads of its own at a lower priority
+		// (par.Configure), the OS runs the requests first instead.
 		par.Yield()
 	}
 }
@@ -571,8 +571,8 @@ func (e *Trainer) succeeded(t *task, out *applied) (*Done, error) {
 	j, ts := t.j, t.ts
 	d := &Done{Status: states.OpSucceeded, Metrics: out.metrics, Tokens: out.tokens, Steps: int64(ts.tr.Steps()),
 		Checkpoint: out.checkpoint, Artifact: out.artifact, WeightVersion: out.weightVersion, Handoff: out.handoff}
-	// go-json: encoding/json's reflection took 2% of the service's CPU at
-	// 64 clients; the replies around the result are go-json's already.
+	// go-json: encoding/json's reflection showed in bench/apibench's CPU
+	// profiles; the replies around the result are go-json's already.
 	var err error
 	if d.Result, err = gojson.Marshal(out.result); err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)

@@ -156,13 +156,20 @@ func tokenBody() []byte {
 }
 
 // BenchmarkDecodeTokens compares the JSON decoders on the largest model
-// input the API takes (the reason Strict decodes with goccy/go-json).
+// input the API takes (the reason Strict decodes with goccy/go-json, and
+// fastBatch scans plain bodies before it).
 func BenchmarkDecodeTokens(b *testing.B) {
 	body := tokenBody()
 	for _, d := range []struct {
 		name   string
 		decode func([]byte, any) error
-	}{{"encoding-json", stdjson.Unmarshal}, {"goccy-go-json", json.Unmarshal}, {"strict", func(raw []byte, v any) error { return Strict(raw, v, "") }}} {
+	}{{"encoding-json", stdjson.Unmarshal}, {"goccy-go-json", json.Unmarshal}, {"strict", func(raw []byte, v any) error { return Strict(raw, v, "") }},
+		{"fast", func(raw []byte, v any) error {
+			if !fastBatch(raw, v.(*Batch)) {
+				return fmt.Errorf("fastBatch refused the body")
+			}
+			return nil
+		}}} {
 		b.Run(d.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {

@@ -9,14 +9,13 @@ import (
 
 // defaultEngineNice is the OS priority (nice) of the engine's threads in
 // `wts serve`: off. At 10, on a node whose cores the engine shares with the
-// API, acknowledged submissions at 64 clients in bench/apibench went from
-// ~2,600–3,700 to ~4,400–6,300/s and p99 from 45–64 to 34–37 ms (three
-// alternated pairs), the engine working through the queue in the gaps at
-// its old pace. But the engine's threads then share the cores with the
-// API's at the OS's discretion, and a parallel loop whose helper the OS
-// has set aside waits for it: 8 samplers polled every 2 ms decoded 264–367
-// tokens/s against 413–473 with it off (bench/samplebench, two pairs). So
-// it suits a node that mostly trains.
+// API, bench/apibench acknowledges markedly more submissions a second with
+// a lower p99 (`--engine-nice 10` against 0), the engine working through
+// the queue in the gaps at its old pace. But the engine's threads then
+// share the cores with the API's at the OS's discretion, and a parallel
+// loop whose helper the OS has set aside waits for it: bench/samplebench
+// decodes markedly fewer tokens a second. So it suits a node that mostly
+// trains (bench/README.md has the figures).
 const defaultEngineNice = 0
 
 // configureEngine gives the engine its cores, fixed at start: Go's

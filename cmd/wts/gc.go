@@ -11,11 +11,10 @@ import (
 // collector's work follows the heap's pointers, and a node's big buffers
 // (weights, activations, KV caches) are pointer-free floats that it never
 // scans; what it scans is request-sized garbage. At Go's default of 100 a
-// node with a small model collected every few megabytes of it: in
-// `bench/apibench` at 64 clients, 400 took the CPU per submission from
-// ~570 to ~543 µs (four runs each, alternated). The heap may then grow to
-// five times what is live; the memory limit below keeps that inside the
-// machine.
+// node with a small model collected every few megabytes of it, and 400
+// took CPU off each submission (`bench/apibench --against` a build with
+// 100 shows it). The heap may then grow to five times what is live; the
+// memory limit below keeps that inside the machine.
 const defaultGCPercent = 400
 
 // memoryShare is the part of the machine's memory the node's soft limit

@@ -68,8 +68,8 @@ func Create(st persistence.Store, org string, live bool, now time.Time) (string,
 
 // Keys checks presented keys against the store. Key records never change
 // once created (there is no revocation yet), so it keeps each one it has
-// read: checking a request's key was a store read and a msgpack decode, 2%
-// of the service's CPU at 64 clients. Only found keys are kept, so a key
+// read: checking a request's key was a store read and a msgpack decode on
+// every request. Only found keys are kept, so a key
 // made a moment ago (by another process, through the admin socket) is
 // found on its first use. Revocation, when it comes, must drop the entry.
 type Keys struct {

@@ -105,11 +105,11 @@ type Product struct {
 // Where FusesTerm allows, it rides on the base product's panels: on tile
 // rows read in place its r steps go into the tiles' sums before they are
 // stored, and gemv rows walk its panels after each claim's base k blocks.
-// In their own regions, the terms took ~0.64 ms of a 16-stream decode step
-// of the small model, whose multiply-adds take ~0.19 (each k = r tile
-// loaded and stored its C for 16 steps), and a one-stream step ran ~4%
-// longer. Elsewhere it runs after the base product, as a product of its
-// own.
+// In their own regions, the terms took several times their multiply-adds'
+// share of a many-stream decode step (each k = r tile loaded and stored its
+// C for every step), and a one-stream step ran longer too (decode figures
+// of bench/enginebench). Elsewhere it runs after the base product, as a
+// product of its own.
 type Term struct {
 	B     *Packed
 	U     []float32
@@ -142,8 +142,8 @@ func MulAll(ps []Product) { MulAllAfter(nil, ps) }
 // of ps may, and none may write where another reads. In a region
 // the caller computes pre while the other workers start on ps's panels,
 // which wait for pre only at their terms' steps: computed first on the
-// caller alone, the x·Aᵀ of a 16-stream decode step of the small model
-// took ~0.4 ms of its ~9.5 while the other core waited.
+// caller alone, the x·Aᵀ of a many-stream decode step kept the other cores
+// waiting for a noticeable part of the step (bench/enginebench's decode).
 func MulAllAfter(pre, ps []Product) {
 	for _, pr := range ps {
 		if pr.Term.B != nil && pr.Term.B.N != pr.B.N {
@@ -322,8 +322,9 @@ var fewPool = sync.Pool{New: func() any {
 // work claims the region's panels and runs them until none are left. The
 // workers claim from one counter instead of taking fixed shares: split
 // evenly, the shares still ended apart (the helper starts later and
-// streams a little slower), and a 16-stream decode step of the small model
-// spent ~1 ms of its ~10 waiting at its regions' ends. A worker claims its
+// streams a little slower), and a many-stream decode step spent a tenth of
+// its time waiting at its regions' ends (bench/enginebench's decode). A worker
+// claims its
 // next panels before running these, so that the last of them can prefetch
 // the first of the next.
 func (j *fewJob) work() {

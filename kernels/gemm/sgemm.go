@@ -30,21 +30,20 @@ const smallK = 64
 // dotN is the output width up to which few-row products against a
 // row-major op(B) take dot products even when k is below smallK: LoRA's
 // x·Aᵀ (n = r) on a small model padded a 16-wide panel to fill 4 columns,
-// and its packing cost ~3× the dot products (16×4×32: 930 ns against 270).
+// and its packing cost several times the dot products (BenchmarkFewRows).
 const dotN = 8
 
 // thinK is the depth up to which a few-row product against a row-major
 // [n, k] op(B) at least 8 wide transposes B (k·n floats, in cache) and has
 // each output row gather its k rows: LoRA's u·Bᵀ (k = r) took the packed
-// path's full overhead for a few thousand multiply-adds (16×96×4: 2.3 µs
-// against 1.5), and below 64 columns, where eight rows at a time go
-// through rows8x8, narrowGemm's (16×32×4: 700–880 ns against 416–430).
+// path's full overhead for a few thousand multiply-adds, and below 64
+// columns, where eight rows at a time go through rows8x8, narrowGemm's
+// (BenchmarkFewRows).
 const thinK = 8
 
 // transpose writes the [n, k] matrix b (row stride ldb) into dst as [k, n],
 // four of dst's rows at a time: element by element it was half of a thin
-// product's time (LoRA's u·Bᵀ, 16×32×4: 185–248 ns of the transpose
-// against 77–96).
+// product's time (LoRA's u·Bᵀ; BenchmarkFewRows).
 func transpose(b []float32, ldb, n, k int, dst []float32) {
 	p := 0
 	for ; p+4 <= k; p += 4 {

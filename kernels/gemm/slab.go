@@ -5,8 +5,8 @@ import "unsafe"
 // hugePage is the size of a transformer-weight page worth asking the OS for:
 // decoding streams every weight once a token, and in 4 KiB pages that is a
 // TLB miss every 1,024 floats and a hardware prefetcher that stops at each
-// page's end. In 2 MiB pages, 16-row decode products ran 1.10× faster here
-// (single-row ones 1.03×).
+// page's end. In 2 MiB pages, few-row decode products ran measurably
+// faster, single-row ones a little.
 const hugePage = 2 << 20
 
 // HugeFloats returns n zeroed float32s that start on a hugePage boundary and,

@@ -60,8 +60,8 @@ func attendHeads[F Float](out, lse, q, k, v []F, T, S, Hq, Hkv, hd int, kv KVLay
 }
 
 // blocks lends attention's workers their score blocks, by element type:
-// allocated per call (1 KB a layer of the tiny model's 16-token forward),
-// they were ~6% of the service's allocation at 64 clients.
+// allocated per call (a small block a layer), they were a visible share of
+// the service's allocation under bench/apibench's load.
 var blocks [2]sync.Pool // float32, float64
 
 func blockPool[F Float]() *sync.Pool {

@@ -21,9 +21,9 @@ type Float = gemm.Float
 // x, y: [T, D]; w: [D]; inv: [T] (saved for the backward pass).
 //
 // For float32 both passes over a row run on the vector unit (the sum of
-// squares still in float64): the scalar loops cost ~15 µs for 16 rows of the
-// small model, 17 times a decode step, and a tenth of the tiny model's
-// forward.
+// squares still in float64): the scalar loops, run many times a decode
+// step, were a visible share of it, and of the tiny model's forward
+// (BenchmarkRMSNorm).
 func RMSNorm[F Float](y, inv, x, w []F, T, D int, eps float64) {
 	if !par.Splits(T, 64) {
 		rmsRows(y, inv, x, w, D, eps, 0, T)

@@ -20,8 +20,8 @@ import (
 // outlasts the serial gaps of a decode step (norms, attention at long
 // contexts, sampling over the vocabulary): a parked worker is woken by the
 // Go scheduler onto the caller's own processor, and on a virtual machine the
-// idle one takes tens of microseconds to come and steal it, so at 50 µs a
-// single-stream decode ran on 1.5 of its 2 cores.
+// idle one takes tens of microseconds to come and steal it, so with a
+// shorter spin a single-stream decode left a good part of a core idle.
 const spinFor = 200 * time.Microsecond
 
 // Grain is the fewest multiply-adds (or steps of like cost) worth handing to

@@ -49,8 +49,8 @@ func (a *Arena[F]) Alloc(n int) []F {
 // Take returns n values holding whatever an earlier step left there, for
 // buffers the caller writes in full before reading them: outputs of
 // products with beta 0, of norms, of copies. Clearing those first was a
-// serial pass over every activation of a training step (~3% of the small
-// model's forward_backward, the other core idle meanwhile).
+// serial pass over every activation of a training step (a few percent of a
+// forward_backward, the other cores idle meanwhile).
 func (a *Arena[F]) Take(n int) []F {
 	s, _ := a.take(n)
 	if poisonTaken {

@@ -355,10 +355,9 @@ var minShared = 256
 // each sample) and hold as many positions of their own (sampled in step),
 // at most maxShare to a group, so that attention reads the prefix's keys
 // and values once for the group, as one product of all its query rows
-// instead of a two-row product per sample: 16 samples of a 2,000-token
-// prompt of the small model took 14.9–18.2 ms a step instead of
-// 19.8–23.7, of a 512-token one 10.4–10.8 instead of 11.2–11.6. Other rows
-// are groups of one.
+// instead of a two-row product per sample, which makes a step of many
+// samples of one long prompt markedly shorter (bench/samplebench's long
+// prompts show it). Other rows are groups of one.
 func shareGroups[F gemm.Float](caches []*Cache[F]) [][]int {
 	type key struct {
 		prefix *Cache[F]
