@@ -10,7 +10,7 @@ import (
 
 // A tenant's records list newest first, a page at a time from a cursor;
 // records of a store written before listings were kept are indexed once
-// at start, and a second pass changes nothing.
+// at start, and indexing them again changes nothing.
 func TestListing(t *testing.T) {
 	s, err := Open(filepath.Join(t.TempDir(), "wts.db"))
 	if err != nil {

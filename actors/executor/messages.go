@@ -38,22 +38,21 @@ type Progress struct {
 	Progress json.RawMessage
 }
 
-// progressOf is an executing operation's progress as its record shows it:
-// tokens done of the most it may take, at what rate since it started, and
-// for a sample its sequences done of those asked for (nil otherwise).
-func progressOf(done, total int, sequences []int, since time.Time) json.RawMessage {
-	p := struct {
-		TokensDone     int     `json:"tokens_done"`
-		TokensTotal    int     `json:"tokens_total"`
-		TokensPerS     float64 `json:"tokens_per_s"`
-		SequencesDone  *int    `json:"sequences_done,omitempty"`
-		SequencesTotal *int    `json:"sequences_total,omitempty"`
-	}{TokensDone: done, TokensTotal: total}
+// opProgress is an executing operation's progress as its record shows it:
+// tokens done of the most it may take, at what rate, and for a sample its
+// sequences done of those asked for.
+type opProgress struct {
+	TokensDone     int     `json:"tokens_done"`
+	TokensTotal    int     `json:"tokens_total"`
+	TokensPerS     float64 `json:"tokens_per_s"`
+	SequencesDone  *int    `json:"sequences_done,omitempty"`
+	SequencesTotal *int    `json:"sequences_total,omitempty"`
+}
+
+// encode is p with its rate since the work started.
+func (p opProgress) encode(since time.Time) json.RawMessage {
 	if s := time.Since(since).Seconds(); s > 0 {
-		p.TokensPerS = math.Round(float64(done)/s*10) / 10
-	}
-	if len(sequences) == 2 {
-		p.SequencesDone, p.SequencesTotal = &sequences[0], &sequences[1]
+		p.TokensPerS = math.Round(float64(p.TokensDone)/s*10) / 10
 	}
 	raw, _ := json.Marshal(p)
 	return raw

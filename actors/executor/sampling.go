@@ -498,7 +498,8 @@ func (e *Sampling) progress(f *flight) {
 	f.reported = now
 	tokens, stopped := f.stream.Progress()
 	n := f.req.NumSamples
-	p := Progress{Epoch: f.job.Epoch, SeqID: f.job.SeqID, Progress: progressOf(tokens, n*f.req.Params.MaxTokens, []int{stopped, n}, f.start)}
+	op := opProgress{TokensDone: tokens, TokensTotal: n * f.req.Params.MaxTokens, SequencesDone: &stopped, SequencesTotal: &n}
+	p := Progress{Epoch: f.job.Epoch, SeqID: f.job.SeqID, Progress: op.encode(f.start)}
 	if f.job.ForRun {
 		e.sys.env.Reports.RunProgress(f.job.ReplyID, p)
 		return

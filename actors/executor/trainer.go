@@ -521,7 +521,7 @@ func (e *Trainer) step(t *task) (*Done, error) {
 		t.ctx = train.WithProgress(t.ctx, func(doneTokens, total int) {
 			if now := time.Now(); now.Sub(last) >= progressEvery {
 				last = now
-				e.sys.env.Reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: progressOf(doneTokens, total, nil, started)})
+				e.sys.env.Reports.RunProgress(j.RunID, Progress{Epoch: j.Epoch, SeqID: j.SeqID, Progress: opProgress{TokensDone: doneTokens, TokensTotal: total}.encode(started)})
 			}
 		})
 	}

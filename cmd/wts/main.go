@@ -38,7 +38,7 @@ type command struct {
 // commands are wts's own, in the order the help lists them.
 var commands = []command{
 	{"serve", "[--data DIR] [--addr HOST:PORT] [--model NAME=DIR] ...", "run a node of the service (docs/operations.md)", serveCmd},
-	{"keys", "create|node ...", "make API keys (on a node's data folder or its admin socket)", keysCmd},
+	{"keys", "create ...", "make API keys (on a node's data folder or its admin socket)", keysCmd},
 	{"credentials", "add ...", "register a hub token or provider key (sealed; never returned)", credentialsCmd},
 	{"orgs", "credit|set|show ...", "an organization's ledger: grant credit, set its default ceiling and byok key", orgsCmd},
 	{"node", "[--data DIR]", "a running node's devices and capacity", nodeCmd},

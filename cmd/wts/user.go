@@ -26,11 +26,7 @@ type userFlags struct {
 }
 
 func (u *userFlags) register(fs *flag.FlagSet) {
-	url := os.Getenv("WTS_URL")
-	if url == "" {
-		url = "http://127.0.0.1:8080"
-	}
-	fs.StringVar(&u.url, "url", url, "the service (env WTS_URL)")
+	fs.StringVar(&u.url, "url", client.EnvURL(), "the service (env WTS_URL)")
 	fs.StringVar(&u.key, "key", os.Getenv("WTS_API_KEY"), "an API key (env WTS_API_KEY)")
 	fs.BoolVar(&u.json, "json", false, "print the service's JSON instead of a table")
 }

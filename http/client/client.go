@@ -80,14 +80,17 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 	return c
 }
 
-// FromEnv is a client of $WTS_URL (default http://127.0.0.1:8080) with the
-// key in $WTS_API_KEY.
+// FromEnv is a client of EnvURL with the key in $WTS_API_KEY.
 func FromEnv(opts ...Option) *Client {
-	url := os.Getenv("WTS_URL")
-	if url == "" {
-		url = "http://127.0.0.1:8080"
+	return New(EnvURL(), os.Getenv("WTS_API_KEY"), opts...)
+}
+
+// EnvURL is $WTS_URL, or the address `wts serve` listens on by default.
+func EnvURL() string {
+	if url := os.Getenv("WTS_URL"); url != "" {
+		return url
 	}
-	return New(url, os.Getenv("WTS_API_KEY"), opts...)
+	return "http://127.0.0.1:8080"
 }
 
 // Error is the service's error envelope: Code is the stable code

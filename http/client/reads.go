@@ -120,29 +120,25 @@ func (c *Client) Download(ctx context.Context, link, want string, w io.Writer, p
 		return envelope(resp, data)
 	}
 	h := sha256.New()
-	var done int64
-	buf := make([]byte, 1<<20)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, err := w.Write(buf[:n]); err != nil {
-				return err
-			}
-			h.Write(buf[:n])
-			done += int64(n)
-			if progress != nil {
-				progress(done)
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("download: %w", rerr)
-		}
+	if _, err := io.Copy(io.MultiWriter(w, h, &counter{progress: progress}), resp.Body); err != nil {
+		return fmt.Errorf("download: %w", err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); want != "" && got != want {
 		return fmt.Errorf("download: SHA-256 %s, the artifact says %s", got, want)
 	}
 	return nil
+}
+
+// counter reports the bytes written through it so far.
+type counter struct {
+	done     int64
+	progress func(done int64)
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.done += int64(len(p))
+	if c.progress != nil {
+		c.progress(c.done)
+	}
+	return len(p), nil
 }

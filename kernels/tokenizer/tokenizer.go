@@ -311,7 +311,8 @@ func (t *Tokenizer) bpe(piece string) []string {
 	for i := 0; i < len(piece); i++ {
 		syms = append(syms, string(byteRune[piece[i]]))
 	}
-	if whole := strings.Join(syms, ""); t.ignoreMerges {
+	if t.ignoreMerges {
+		whole := strings.Join(syms, "")
 		if _, ok := t.vocab[whole]; ok {
 			return []string{whole}
 		}

@@ -81,9 +81,9 @@ func Train(corpus string, size int, specials []string) (*Tokenizer, error) {
 			}
 		}
 		var best [2]string
-		top := 1
-		for p, n := range pairs {
-			if n > top || n == top && top > 1 && (p[0] < best[0] || p[0] == best[0] && p[1] < best[1]) {
+		top := 0
+		for p, n := range pairs { // the most frequent, the first in text order among equals
+			if n > top || n == top && slices.Compare(p[:], best[:]) < 0 {
 				best, top = p, n
 			}
 		}
