@@ -720,3 +720,34 @@ func BenchmarkFewRows(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) { benchProduct(b, m, n, k) })
 	}
 }
+
+// A row of Packed.Mul's C must not depend on how many rows the product has
+// (training shares one product among several runs' rows and promises each
+// run the sums of a pass of its own): every m from one row up, on either
+// side of the few-rows and blocked paths, against the rows of a tall product.
+func TestPackedMulRowsIndependentOfM(t *testing.T) {
+	forEachKernelSet(t, testPackedMulRowsIndependentOfM)
+}
+
+func testPackedMulRowsIndependentOfM(t *testing.T) {
+	r := rng.New(11)
+	for _, sh := range [][2]int{{32, 96}, {300, 70}, {512, 1280}} {
+		k, n := sh[0], sh[1]
+		p := PackT(randSlice(r, n*k), n, k, k)
+		const tall = 200
+		a := randSlice(r, tall*k)
+		full := make([]float32, tall*n)
+		p.Mul(false, tall, 1, a, k, 0, full, n)
+		for _, m := range []int{1, 2, 3, 4, 5, 6, 7, 13, 96, 97, 150} {
+			for _, lo := range []int{0, 1, tall - m} {
+				part := make([]float32, m*n)
+				p.Mul(false, m, 1, a[lo*k:], k, 0, part, n)
+				for i := range part {
+					if math.Float32bits(part[i]) != math.Float32bits(full[lo*n+i]) {
+						t.Fatalf("k %d n %d: rows %d..%d alone differ at %d: %v, in %d rows %v", k, n, lo, lo+m, i, part[i], tall, full[lo*n+i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -56,13 +56,17 @@ func (s *Slab) pack(tb bool, w []float32, n, k, ldw int) *Packed {
 }
 
 // Mul computes C = alpha·op(A)·B + beta·C for op(A) [m, K] (A transposed
-// when ta), C [m, N].
+// when ta), C [m, N]. Each row of C comes out the same, bit for bit,
+// whatever m is: it always runs the tile kernels (the one-row kernels that
+// MulAll gives fewer than packedGemvM rows add in another order). Training
+// relies on it: a run's rows give the same sums in a pass of their own and
+// in one shared with other runs' rows.
 func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
 	if m > mc {
 		p.mulBlocked(ta, m, alpha, a, lda, beta, c, ldc)
 		return
 	}
-	mulFew(nil, []Product{{B: p, TransA: ta, M: m, Alpha: alpha, A: a, Lda: lda, Beta: beta, C: c, Ldc: ldc}})
+	mulFew(nil, []Product{{B: p, TransA: ta, M: m, Alpha: alpha, A: a, Lda: lda, Beta: beta, C: c, Ldc: ldc, tiles: true}})
 }
 
 func (p *Packed) mulBlocked(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
@@ -98,6 +102,7 @@ type Product struct {
 	C      []float32
 	Ldc    int
 	Term   Term
+	tiles  bool // the tile kernels even for fewer than packedGemvM rows (Mul)
 }
 
 // Term is a low-rank term a Product adds to its C: Alpha·U·B for U [M, r]
@@ -414,7 +419,7 @@ func newRowsPlan(pr Product) rowsPlan {
 		pl.bufs[0] = scaledRows(ta, m, k, pr.Alpha, pr.A, pr.Lda)
 		ta, pl.a, pl.lda = false, *pl.bufs[0], k
 	}
-	if m < packedGemvM && !ta {
+	if m < packedGemvM && !ta && !pr.tiles {
 		pl.gemv = true
 		pl.takeTerm(pr.Term)
 		return pl

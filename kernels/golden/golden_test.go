@@ -101,7 +101,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.Head(ad, nil, act.Hidden, act.T(), nil, nil, func(tk int, row []float32) bool {
+			m.Head(act, nil, func(tk int, row []float32) bool {
 				for j, v := range row {
 					within(t, "logit", float64(v), g.Logits0[tk*V+j], 2e-5, 1e-4)
 				}

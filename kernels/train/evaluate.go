@@ -115,24 +115,53 @@ func newEval[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []
 
 func (e *eval[F]) done() bool { return e.lo == len(e.data) }
 
-// next evaluates the next micro-batch: datums from lo while they fit in
-// microTokens (at least one).
-func (e *eval[F]) next(ctx context.Context, ar *transformer.Arena[F]) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	hi, n := e.lo, 0
+// span is the next micro-batch: datums [lo, hi) while they fit in
+// microTokens (at least one), n tokens.
+func (e *eval[F]) span() (hi, n int) {
+	hi = e.lo
 	for hi < len(e.data) && (hi == e.lo || n+len(e.data[hi].ModelInput) <= microTokens) {
 		n += len(e.data[hi].ModelInput)
 		hi++
 	}
+	return hi, n
+}
+
+// next evaluates the next micro-batch.
+func (e *eval[F]) next(ctx context.Context, ar *transformer.Arena[F]) error {
+	return nextShared([]context.Context{ctx}, []*eval[F]{e}, ar)
+}
+
+// nextShared evaluates the next micro-batch of each of es, which share a
+// base model and are all forward or all forward_backward (Pass.Shares), in one pass
+// through it (transformer.ForwardGroups): each gets the results its own
+// pass would give, bit for bit. ctxs[i] is es[i]'s: a cancelled one stops
+// them all before anything runs; each hears of its own progress.
+func nextShared[F gemm.Float](ctxs []context.Context, es []*eval[F], ar *transformer.Arena[F]) error {
+	for _, ctx := range ctxs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	m, backward := es[0].m, es[0].grads != nil
+	his, ns := make([]int, len(es)), make([]int, len(es))
+	gs := make([]transformer.Group[F], len(es))
+	var seqs [][]int
+	for k, e := range es {
+		his[k], ns[k] = e.span()
+		for _, d := range e.data[e.lo:his[k]] {
+			seqs = append(seqs, d.ModelInput)
+		}
+		gs[k] = transformer.Group[F]{Adapter: e.ad, Grads: e.grads, Seqs: his[k] - e.lo}
+	}
 	ar.Reset() // the previous micro-batch's activations are dead
-	if err := evalMicro(e.m, e.ad, e.data, e.lo, hi, e.fn, e.grads, ar, e.out, e.tokLoss); err != nil {
+	if err := evalMicro(m, es, his, transformer.Pack(seqs), gs, backward, ar); err != nil {
 		return err
 	}
-	e.tokensDone += n
-	progress(ctx, e.tokensDone, e.total)
-	e.lo = hi
+	for k, e := range es {
+		e.tokensDone += ns[k]
+		progress(ctxs[k], e.tokensDone, e.total)
+		e.lo = his[k]
+	}
 	return nil
 }
 
@@ -154,54 +183,52 @@ func (e *eval[F]) output() (*Output, error) {
 	return e.out, nil
 }
 
-func evalMicro[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []Datum, lo, hi int, fn *loss.Fn, grads *lora.Adapter[F], ar *transformer.Arena[F], out *Output, tokLoss [][]float64) error {
-	seqs := make([][]int, 0, hi-lo)
-	for _, d := range data[lo:hi] {
-		seqs = append(seqs, d.ModelInput)
-	}
-	b := transformer.Pack(seqs)
-	pass := m.Forward
-	if grads == nil {
-		pass = m.Infer
-	}
-	act, err := pass(ad, b, ar)
+// evalMicro runs datums [lo, hi) of each of es (his[k] is es[k]'s hi),
+// packed in b with their adapters gs, through the model and the loss.
+func evalMicro[F gemm.Float](m *transformer.Model[F], es []*eval[F], his []int, b transformer.Batch, gs []transformer.Group[F], backward bool, ar *transformer.Arena[F]) error {
+	act, err := m.ForwardGroups(gs, b, ar, backward)
 	if err != nil {
 		return err
 	}
 	T := len(b.Tokens)
-	// owner[t] maps a packed position back to (datum, position).
-	owner := make([][2]int, T)
-	for s := 0; s+1 < len(b.Starts); s++ {
-		for t := b.Starts[s]; t < b.Starts[s+1]; t++ {
-			owner[t] = [2]int{lo + s, t - b.Starts[s]}
+	// owner[t] maps a packed position back to (eval, datum, position).
+	type at struct{ e, d, i int }
+	owner := make([]at, T)
+	s := 0
+	for k, e := range es {
+		for d := e.lo; d < his[k]; d, s = d+1, s+1 {
+			for t := b.Starts[s]; t < b.Starts[s+1]; t++ {
+				owner[t] = at{k, d, t - b.Starts[s]}
+			}
 		}
 	}
 	var dHidden []F
-	if grads != nil {
+	if backward {
 		dHidden = ar.Alloc(T * m.Cfg().Hidden)
 	}
 	// Head calls the row function concurrently; each call writes only its
 	// own (datum, position) slots.
-	m.Head(ad, grads, act.Hidden, T, dHidden, ar, func(t int, row []F) bool {
-		d, i := owner[t][0], owner[t][1]
-		in := &data[d].Loss
+	m.Head(act, dHidden, func(t int, row []F) bool {
+		o := owner[t]
+		e, d, i := es[o.e], o.d, o.i
+		in := &e.data[d].Loss
 		target := in.TargetTokens[i]
-		if grads == nil {
+		if !backward {
 			lp := transformer.TargetLogprob(row, target)
-			out.Logprobs[d][i] = lp
-			tokLoss[d][i], _ = fn.Token(in, i, lp)
+			e.out.Logprobs[d][i] = lp
+			e.tokLoss[d][i], _ = e.fn.Token(in, i, lp)
 			return false
 		}
 		var g float64
 		lp := transformer.LogprobGrad(row, target, func(lp float64) float64 {
-			tokLoss[d][i], g = fn.Token(in, i, lp)
+			e.tokLoss[d][i], g = e.fn.Token(in, i, lp)
 			return g
 		})
-		out.Logprobs[d][i] = lp
+		e.out.Logprobs[d][i] = lp
 		return g != 0
 	})
-	if grads != nil {
-		m.Backward(ad, grads, act, dHidden)
+	if backward {
+		m.Backward(act, dHidden)
 	}
 	return nil
 }

@@ -117,6 +117,37 @@ func (p *Pass) Done() bool { return p.e.done() }
 // Next runs the next micro-batch; a cancelled ctx stops it first.
 func (p *Pass) Next(ctx context.Context) error { return p.e.next(ctx, p.t.arena) }
 
+// NextTokens is the number of tokens Next would run.
+func (p *Pass) NextTokens() int {
+	_, n := p.e.span()
+	return n
+}
+
+// Shares reports whether q can run its next micro-batch in one pass with
+// p's (NextShared): the same base model, the same kind, neither done.
+func (p *Pass) Shares(q *Pass) bool {
+	return p.t.model == q.t.model && p.backward == q.backward && !p.Done() && !q.Done()
+}
+
+// NextShared runs the next micro-batch of each of ps, which must all share
+// with the first (Shares), in one pass through their base model on the
+// first's arena: every base product once for all their rows, each run's
+// adapter on its own rows. Each pass's logprobs, losses and gradient are
+// the ones its own Next gives, bit for bit, so a run's results do not
+// depend on which other runs' work shared its passes (a rebuilt trainer
+// replays its operations alone). ctxs[i] is ps[i]'s: a cancelled one stops
+// them all before anything runs.
+func NextShared(ctxs []context.Context, ps []*Pass) error {
+	es := make([]*eval[float32], len(ps))
+	for i, p := range ps {
+		if !ps[0].Shares(p) {
+			return fmt.Errorf("train: a shared pass of passes over other models, of other kinds, or done")
+		}
+		es[i] = p.e
+	}
+	return nextShared(ctxs, es, ps[0].t.arena)
+}
+
 // Output ends a done pass: its losses and logprobs, and for a
 // forward_backward the gradient, checked and added to the accumulator.
 func (p *Pass) Output() (*Output, error) {

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -235,6 +236,71 @@ func BenchmarkForwardTiny(b *testing.B) {
 	}
 }
 
+// BenchmarkSharedPasses is a forward of one short datum for each of 16
+// runs on one base model: each run's pass alone, and the 16 in one shared
+// pass (NextShared), which reads the base weights once for all of them.
+// ns/forward is per run's forward.
+func BenchmarkSharedPasses(b *testing.B) {
+	for _, c := range []struct {
+		preset string
+		tokens int
+	}{{"tiny", 16}, {"small", 4}, {"small", 16}} {
+		w, err := model.Random(model.Presets[c.preset], 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := transformer.New(w)
+		const runs = 16
+		ar := transformer.NewArena[float32]()
+		var trs []*Trainer
+		for i := range runs {
+			cfg := lora.Config{Rank: 4, Alpha: 4, Seed: uint64(i + 1)}
+			cfg.Targets(true, true, true)
+			ad, err := lora.New(w.Cfg, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			trs = append(trs, NewTrainer(m, ad))
+			trs[i].UseArena(ar)
+		}
+		data := ceBatch(rng.New(1), 1, c.tokens, w.Cfg.Vocab)
+		ctxs := make([]context.Context, runs)
+		for i := range ctxs {
+			ctxs[i] = context.Background()
+		}
+		for _, shared := range []bool{false, true} {
+			name := fmt.Sprintf("%s/%dtokens/%s", c.preset, c.tokens, map[bool]string{false: "alone", true: "shared"}[shared])
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					ps := make([]*Pass, runs)
+					for i, tr := range trs {
+						if ps[i], err = tr.Begin(data, "cross_entropy", nil, false); err != nil {
+							b.Fatal(err)
+						}
+						if !shared {
+							if err := ps[i].Next(context.Background()); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					if shared {
+						if err := NextShared(ctxs, ps); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for _, p := range ps {
+						if _, err := p.Output(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*runs), "ns/forward")
+			})
+		}
+	}
+}
+
 // Trainers that share one arena, taking turns with batches of other shapes,
 // compute exactly what trainers with arenas of their own do: nothing a pass
 // leaves in the arena reaches the next one.
@@ -279,5 +345,123 @@ func TestSharedArena(t *testing.T) {
 	}
 	for i := range ownAds {
 		paramsEqual(t, ownAds[i], sharedAds[i], 0)
+	}
+}
+
+// Several runs' passes on one base model, run together a micro-batch at a
+// time (NextShared), must give each run the logprobs, losses and, after
+// the optimiser step, the adapter that its passes alone give, bit for bit:
+// a rebuilt trainer replays its operations alone and must reach the state
+// its callers saw. The runs differ in rank, targets, loss and batch, and
+// one batch takes two micro-batches.
+func TestSharedPassesMatchAlone(t *testing.T) {
+	w, err := model.Random(model.Presets["tiny-qwen3"], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := transformer.New(w)
+	type run struct {
+		rank             int
+		attn, mlp, embed bool
+		loss             string
+		data             []Datum
+	}
+	r := rng.New(6)
+	rl := ceBatch(r, 3, 20, w.Cfg.Vocab)
+	for i := range rl {
+		for range rl[i].Loss.TargetTokens {
+			rl[i].Loss.Logprobs = append(rl[i].Loss.Logprobs, -r.Uniform(0.5, 5))
+			rl[i].Loss.Advantages = append(rl[i].Loss.Advantages, r.Uniform(-1, 1))
+		}
+	}
+	runs := []run{
+		{4, true, true, true, "cross_entropy", ceBatch(r, 40, 120, w.Cfg.Vocab)}, // 4,800 tokens: two micro-batches
+		{2, true, false, false, "importance_sampling", rl},
+		{8, false, true, true, "cross_entropy", ceBatch(r, 1, 3, w.Cfg.Vocab)},
+	}
+	trainers := func() []*Trainer {
+		var ts []*Trainer
+		for i, rn := range runs {
+			cfg := lora.Config{Rank: rn.rank, Alpha: float64(2 * rn.rank), Seed: uint64(i + 1)}
+			cfg.Targets(rn.attn, rn.mlp, rn.embed)
+			ad, err := lora.New(w.Cfg, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, NewTrainer(m, ad))
+		}
+		return ts
+	}
+	for _, backward := range []bool{true, false} {
+		alone, shared := trainers(), trainers()
+		ar := transformer.NewArena[float32]()
+		var want, got []*Output
+		for i, tr := range alone {
+			tr.UseArena(ar)
+			p, err := tr.Begin(runs[i].data, runs[i].loss, nil, backward)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for !p.Done() {
+				if err := p.Next(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := p.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, out)
+		}
+		var ps []*Pass
+		for i, tr := range shared {
+			tr.UseArena(ar)
+			p, err := tr.Begin(runs[i].data, runs[i].loss, nil, backward)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		for {
+			var left []*Pass
+			var ctxs []context.Context
+			for _, p := range ps {
+				if !p.Done() {
+					left, ctxs = append(left, p), append(ctxs, context.Background())
+				}
+			}
+			if len(left) == 0 {
+				break
+			}
+			if err := NextShared(ctxs, left); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, p := range ps {
+			out, err := p.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, out)
+			for d := range want[i].Logprobs {
+				for j, lp := range want[i].Logprobs[d] {
+					if math.Float64bits(lp) != math.Float64bits(out.Logprobs[d][j]) {
+						t.Fatalf("backward %v run %d datum %d logprob %d: %v alone, %v shared", backward, i, d, j, lp, out.Logprobs[d][j])
+					}
+				}
+				if math.Float64bits(want[i].Losses[d]) != math.Float64bits(out.Losses[d]) {
+					t.Fatalf("backward %v run %d datum %d loss: %v alone, %v shared", backward, i, d, want[i].Losses[d], out.Losses[d])
+				}
+			}
+			if !backward {
+				continue
+			}
+			for _, tr := range []*Trainer{alone[i], shared[i]} {
+				if _, err := tr.OptimStep(optim.Params{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paramsEqual(t, alone[i].Adapter(), shared[i].Adapter(), 0)
+		}
 	}
 }

@@ -232,7 +232,7 @@ func (m *Model[F]) cachedForward(gs []rowGroup[F], s *step[F], out []F, ar *Aren
 	qInv, kInv := ar.Alloc(T*c.Heads), ar.Alloc(T*c.KVHeads) // Qwen3 head-norm factors
 	lu := ar.Alloc(3 * T * maxRank(gs))                      // up to three projections read one input
 	var l int
-	termOf := func(z *Frozen[F], mod lora.Module) term[F] { return z.term(l, mod) }
+	termOf := func(ts *terms[F], mod lora.Module) term[F] { return ts.term(l, mod) }
 	linear := func(x []F, in int, ps ...proj[F]) { linearRows(x, T, in, ps, gs, 0, termOf, lu) }
 	for l = 0; l < c.Layers; l++ {
 		w, pw := &m.W.Layers[l], &m.proj[l]
@@ -264,7 +264,7 @@ func (m *Model[F]) extendChunk(z *Frozen[F], c *Cache[F], tokens []int, out []F)
 		pos[i] = c.n + i
 	}
 	s := m.newStep(tokens, pos, nil)
-	m.cachedForward([]rowGroup[F]{{z, 0, T}}, s, out, nil, func(l int) {
+	m.cachedForward([]rowGroup[F]{{ts: z.view(), lo: 0, hi: T}}, s, out, nil, func(l int) {
 		s.ropeAll(cfg)
 		c.put(l, s.k, s.v, T, cfg.KVHeads, hd)
 		ops.Attention(s.attn, nil, s.q, c.k[l], c.v[l], T, c.n+T, cfg.Heads, cfg.KVHeads, hd, c.layout(hd))

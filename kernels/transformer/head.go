@@ -1,6 +1,8 @@
 package transformer
 
 import (
+	"slices"
+
 	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/ops"
@@ -12,7 +14,7 @@ import (
 // allows, because every chunk re-packs the whole LM-head weight: 64 MB gives
 // the small model's 8k vocabulary 2048-token chunks and Qwen3's 150k one
 // 110-token chunks.
-const headBudget = 16 << 20
+var headBudget = 16 << 20 // a variable for the tests, which cut small vocabularies in chunks
 
 // RowFunc sees one token's logits row [V]. It may overwrite the row with
 // dL/dlogits and return true to have that gradient propagated; rows that
@@ -20,22 +22,16 @@ const headBudget = 16 << 20
 // at once, for distinct t.
 type RowFunc[F gemm.Float] func(t int, row []F) bool
 
-// Head computes logits = hidden·W_lmᵀ (+ LoRA) for T tokens, chunk by chunk,
-// and hands each row to fn. When dHidden is non-nil, gradients returned by fn
-// are added into dHidden [T, D] and into the lm_head LoRA gradients of grads.
-// Scratch comes from ar (nil allocates).
-func (m *Model[F]) Head(ad, grads *lora.Adapter[F], hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F]) {
-	var lt term[F]
-	var gp *lora.Pair[F]
-	if ad != nil {
-		lt = termOf(ad, ad.LMHead)
-		if grads != nil {
-			gp = grads.LMHead
-		}
-	}
+// Head computes the logits of a pass's rows, hidden·W_lmᵀ plus each
+// group's LM-head LoRA term, chunk by chunk, and hands each row to fn.
+// When dHidden [T, D] is non-nil, gradients returned by fn are added into
+// it and into each group's lm_head LoRA gradient.
+func (m *Model[F]) Head(act *Activations[F], dHidden []F, fn RowFunc[F]) {
 	D, V := m.W.Cfg.Hidden, m.W.Cfg.Vocab
-	m.headPass(lt, gp, len(lt.a.W)/D, hidden, T, dHidden, ar, fn, func(y, x []F, _, n int, u []F) {
-		linear(y, x, n, D, V, m.head, nil, lt, u)
+	gs := act.groups
+	head := func(g rowGroup[F]) term[F] { return g.ts.lmHead() }
+	m.headPass(gs, maxRank(gs), act.Hidden, act.T(), dHidden, act.ar, fn, func(y, x []F, t0, n int, u []F) {
+		linear(y, x, n, D, V, m.head, nil, gs, t0, head, u)
 	})
 }
 
@@ -53,8 +49,8 @@ func (m *Model[F]) Logits(z *Frozen[F], hidden []F, T int, ar *Arena[F], fn func
 // base product once for all rows, each adapter's term on its own rows.
 func (m *Model[F]) LogitsRows(zs []*Frozen[F], hidden []F, T int, ar *Arena[F], fn func(t int, row []F)) {
 	gs := groupRows(zs)
-	head := func(z *Frozen[F], _ lora.Module) term[F] { return z.lmHead() }
-	m.headPass(term[F]{}, nil, maxRank(gs), hidden, T, nil, ar, func(t int, row []F) bool {
+	head := func(ts *terms[F], _ lora.Module) term[F] { return ts.lmHead() }
+	m.headPass(gs, maxRank(gs), hidden, T, nil, ar, func(t int, row []F) bool {
 		fn(t, row)
 		return false
 	}, func(y, x []F, t0, n int, u []F) {
@@ -62,11 +58,11 @@ func (m *Model[F]) LogitsRows(zs []*Frozen[F], hidden []F, T int, ar *Arena[F], 
 	})
 }
 
-// headPass runs the LM head chunk by chunk: fwd computes the logits of rows
-// [t0, t0+n) (with u as LoRA scratch), which go to fn, and with dHidden the
-// gradients come back through term lt into dHidden and gp. r is the LoRA
-// rank the scratch must hold.
-func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F], fwd func(y, x []F, t0, n int, u []F)) {
+// headPass runs the LM head over the rows of groups gs chunk by chunk
+// (headChunks): fwd computes the logits of rows [t0, t0+n) (with u as LoRA
+// scratch, rank r), which go to fn, and with dHidden the gradients come
+// back through each group's LM-head term into dHidden and its gradient.
+func (m *Model[F]) headPass(gs []rowGroup[F], r int, hidden []F, T int, dHidden []F, ar *Arena[F], fn RowFunc[F], fwd func(y, x []F, t0, n int, u []F)) {
 	c := m.W.Cfg
 	D, V := c.Hidden, c.Vocab
 	chunk := max(1, headBudget/V)
@@ -74,8 +70,14 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 	logits := ar.Alloc(rows * V)
 	u := ar.Alloc(rows * max(r, 1))
 	want := make([]bool, rows)
-	for t0 := 0; t0 < T; t0 += chunk {
-		n := min(chunk, T-t0)
+	headGrad := func(g rowGroup[F]) (term[F], *lora.Pair[F]) {
+		if g.grads == nil {
+			return g.ts.lmHead(), nil
+		}
+		return g.ts.lmHead(), g.grads.LMHead
+	}
+	for t0 := 0; t0 < T; {
+		n := headChunk(gs, t0, T, chunk)
 		h := hidden[t0*D : (t0+n)*D]
 		fwd(logits[:n*V], h, t0, n, u[:n*max(r, 1)])
 		grad := dHidden != nil
@@ -84,17 +86,32 @@ func (m *Model[F]) headPass(lt term[F], gp *lora.Pair[F], r int, hidden []F, T i
 		} else {
 			headRows(fn, logits, want, t0, V, grad, 0, n)
 		}
-		if dHidden == nil {
-			continue
+		if grad && slices.Contains(want[:n], true) {
+			linearBackward(dHidden[t0*D:(t0+n)*D], 1, logits[:n*V], h, n, D, V, m.head, gs, t0, headGrad, u[:n*max(r, 1)], ar)
 		}
-		any := false
-		for _, w := range want[:n] {
-			any = any || w
-		}
-		if any {
-			linearBackward(dHidden[t0*D:(t0+n)*D], 1, logits[:n*V], h, n, D, V, m.head, lt, gp, u[:n*max(r, 1)], ar)
+		t0 += n
+	}
+}
+
+// headChunk is how many rows from t0 the next chunk of the LM head takes:
+// at most chunk, and it cuts a group only where a pass of that group alone
+// would, at multiples of chunk from its first row. So a group's logits and
+// gradients come out the same, bit for bit, whether other groups share its
+// pass or not.
+func headChunk[F gemm.Float](gs []rowGroup[F], t0, T, chunk int) int {
+	end := t0 + chunk
+	if end >= T {
+		return T - t0
+	}
+	for _, g := range gs {
+		if g.lo < end && end < g.hi { // g straddles the cut
+			if g.lo > t0 {
+				return g.lo - t0 // end the chunk before it
+			}
+			return chunk // within g, at a multiple of chunk from its first row
 		}
 	}
+	return chunk
 }
 
 // headRows hands rows [lo, hi) of a chunk of logits (its first token t0)

@@ -62,16 +62,29 @@ func (w weight[F]) mul(y, x []F, T, in, out int, alpha, beta F) {
 	gemm.Gemm(false, true, T, out, in, alpha, x, in, w.W, in, beta, y, out)
 }
 
-// linear computes y = x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ.
+// linear computes y = x·Wᵀ + b for rows [t0, t0+T) of a batch, plus each
+// group's LoRA term on its rows: y += s·(x·Aᵀ)·Bᵀ (termOf gives it; the
+// zero term adds nothing). It serves training, whose pairs change every
+// step and are read in place: the base product runs once for all rows
+// (Packed.Mul: each row's sums the same however many rows share it), then
+// the terms one group after another.
 // x: [T, in]; W: [out, in]; b: [out] or nil; y: [T, out].
-// u: [T, r] receives x·Aᵀ for the backward pass (unused for the zero term).
-func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, lt term[F], u []F) {
+// u receives each term's x·Aᵀ for the backward pass, rows × rank, carved
+// by group in order (linearBackward finds each share the same way).
+func linear[F gemm.Float](y, x []F, T, in, out int, w weight[F], b []F, gs []rowGroup[F], t0 int, termOf func(rowGroup[F]) term[F], u []F) {
 	w.mul(y, x, T, in, out, 1, 0)
 	addBias(y, b, T, out)
-	if lt.a.W != nil {
-		r := len(lt.a.W) / in
-		lt.a.mul(u, x, T, in, r, 1, 0)
-		lt.b.mul(y, u, T, r, out, lt.s, 1)
+	for _, g := range gs {
+		lo, hi := g.within(t0, T)
+		lt := termOf(g)
+		if lo >= hi || lt.a.W == nil {
+			continue
+		}
+		n, r := hi-lo, len(lt.a.W)/in
+		ug := u[:n*r]
+		u = u[n*r:]
+		lt.a.mul(ug, x[lo*in:hi*in], n, in, r, 1, 0)
+		lt.b.mul(y[lo*out:hi*out], ug, n, r, out, lt.s, 1)
 	}
 }
 
@@ -142,12 +155,14 @@ func (o mulOp[F]) product() gemm.Product {
 	return p
 }
 
-// rowGroup gives rows [lo, hi) of a batch their adapter (nil: the base
-// model): a batch of sequences from several samplers over one base model
-// runs every base product once for all its rows, and each adapter's LoRA
-// terms on its own rows.
+// rowGroup gives rows [lo, hi) of a batch their adapter's terms (nil: the
+// base model) and, in a training pass, the adapter gradient they add into:
+// a batch of several samplers' sequences, or of several runs' training
+// passes, over one base model runs every base product once for all its
+// rows, and each adapter's LoRA terms on its own rows.
 type rowGroup[F gemm.Float] struct {
-	z      *Frozen[F]
+	ts     *terms[F]
+	grads  *lora.Adapter[F]
 	lo, hi int
 }
 
@@ -155,11 +170,11 @@ type rowGroup[F gemm.Float] struct {
 func groupRows[F gemm.Float](zs []*Frozen[F]) []rowGroup[F] {
 	var gs []rowGroup[F]
 	for i, z := range zs {
-		if n := len(gs); n > 0 && gs[n-1].z == z {
+		if n := len(gs); n > 0 && gs[n-1].ts == z.view() {
 			gs[n-1].hi = i + 1
 			continue
 		}
-		gs = append(gs, rowGroup[F]{z, i, i + 1})
+		gs = append(gs, rowGroup[F]{ts: z.view(), lo: i, hi: i + 1})
 	}
 	return gs
 }
@@ -169,9 +184,15 @@ func groupRows[F gemm.Float](zs []*Frozen[F]) []rowGroup[F] {
 func maxRank[F gemm.Float](gs []rowGroup[F]) int {
 	r := 0
 	for _, g := range gs {
-		r = max(r, g.z.rank())
+		r = max(r, g.ts.rank())
 	}
 	return r
+}
+
+// within is g's rows among [t0, t0+T), relative to t0; lo >= hi when it
+// has none.
+func (g rowGroup[F]) within(t0, T int) (lo, hi int) {
+	return max(g.lo, t0) - t0, min(g.hi, t0+T) - t0
 }
 
 // proj is one projection of a set that reads the same input: y [T, out] =
@@ -195,15 +216,15 @@ type proj[F gemm.Float] struct {
 // first, on the caller while the other cores start on the base products,
 // and each u·Bᵀ rides on its base product's tiles instead.
 // u: scratch of at least len(ps)·T·maxRank.
-func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*Frozen[F], lora.Module) term[F], u []F) {
+func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], t0 int, termOf func(*terms[F], lora.Module) term[F], u []F) {
 	var buf0, buf1, buf2 [8]mulOp[F]
 	pre, first, second := buf0[:0], buf1[:0], buf2[:0]
 	fuse := len(gs) == 1 && gs[0].lo <= t0 && gs[0].hi >= t0+T
 	for _, p := range ps {
 		base := mulOp[F]{w: p.w, m: T, in: in, out: p.out, alpha: 1, x: x, y: p.y}
 		for _, g := range gs {
-			lo, hi := max(g.lo, t0)-t0, min(g.hi, t0+T)-t0
-			lt := termOf(g.z, p.mod)
+			lo, hi := g.within(t0, T)
+			lt := termOf(g.ts, p.mod)
 			if lo >= hi || lt.a.W == nil {
 				continue
 			}
@@ -232,14 +253,12 @@ func linearRows[F gemm.Float](x []F, T, in int, ps []proj[F], gs []rowGroup[F], 
 
 // linearBackward sets dx to beta·dx + dL/dx (skipped when dx is nil; beta
 // 0 for the first of the projections that read one input, whose dx then
-// needs no clearing, 1 for the others) and, when the module has a LoRA
-// term, adds dL/dA and dL/dB into gp. W and b are frozen.
-//
-//	dB += s·dyᵀ·u    [out, r]
-//	du  = s·dy·B     [T, r]
-//	dA += duᵀ·x      [r, in]
-//	dx  = beta·dx + dy·W + du·A
-func linearBackward[F gemm.Float](dx []F, beta F, dy, x []F, T, in, out int, w weight[F], lt term[F], gp *lora.Pair[F], u []F, ar *Arena[F]) {
+// needs no clearing, 1 for the others) for rows [t0, t0+T) of a batch, and
+// for each group of gs with a LoRA term there (termOf: the term and its
+// gradient pair) adds dL/dA and dL/dB into the pair. W and b are frozen.
+// The input gradient's base product runs once for all rows; each group's
+// term then on its own rows, with its share of u as linearRows carved it.
+func linearBackward[F gemm.Float](dx []F, beta F, dy, x []F, T, in, out int, w weight[F], gs []rowGroup[F], t0 int, termOf func(rowGroup[F]) (term[F], *lora.Pair[F]), u []F, ar *Arena[F]) {
 	switch {
 	case dx == nil:
 	case w.grad != nil:
@@ -247,9 +266,29 @@ func linearBackward[F gemm.Float](dx []F, beta F, dy, x []F, T, in, out int, w w
 	default:
 		gemm.Gemm(false, false, T, in, out, 1, dy, out, w.W, in, beta, dx, in)
 	}
-	if lt.a.W == nil {
-		return
+	for _, g := range gs {
+		lo, hi := g.within(t0, T)
+		lt, gp := termOf(g)
+		if lo >= hi || lt.a.W == nil {
+			continue
+		}
+		n, r := hi-lo, len(lt.a.W)/in
+		var dxg []F
+		if dx != nil {
+			dxg = dx[lo*in : hi*in]
+		}
+		termBackward(dxg, dy[lo*out:hi*out], x[lo*in:hi*in], n, in, out, lt, gp, u[:n*r], ar)
+		u = u[n*r:]
 	}
+}
+
+// termBackward adds one LoRA term's share of the gradients for T rows:
+//
+//	dB += s·dyᵀ·u    [out, r]
+//	du  = s·dy·B     [T, r]
+//	dA += duᵀ·x      [r, in]
+//	dx += du·A       (dx nil: skipped)
+func termBackward[F gemm.Float](dx, dy, x []F, T, in, out int, lt term[F], gp *lora.Pair[F], u []F, ar *Arena[F]) {
 	A, B, s := lt.a.W, lt.b.W, lt.s
 	r := len(A) / in
 	du := ar.Take(T * r)

@@ -101,7 +101,8 @@ type layerAct[F gemm.Float] struct {
 // Activations is a forward pass's saved state.
 type Activations[F gemm.Float] struct {
 	B      Batch
-	ar     *Arena[F] // where this pass's buffers come from
+	ar     *Arena[F]     // where this pass's buffers come from
+	groups []rowGroup[F] // the rows' adapters and gradients
 	layers []layerAct[F]
 	rope   *ops.RopeTable[F]
 	xf     []F // final residual stream [T, D]
@@ -125,20 +126,36 @@ func positions(b Batch) []int {
 	return pos
 }
 
+// Group gives Seqs consecutive sequences of a batch, from where the
+// previous group's end, an adapter (nil: the base model) and, for
+// Backward, the adapter gradient they add into (nil: none). Several runs'
+// training passes over one base model share a pass this way: every base
+// product runs once for all their rows and each adapter's LoRA terms on
+// its own rows, and each group's results are the ones a pass of its own
+// gives, bit for bit.
+type Group[F gemm.Float] struct {
+	Adapter, Grads *lora.Adapter[F]
+	Seqs           int
+}
+
 // Forward runs the decoder trunk over a batch with adapter ad (nil for the
-// bare base model) and keeps what Backward needs. Buffers come from ar (nil
-// allocates); they stay valid until ar is reset.
+// bare base model), keeping what a backward pass needs: ForwardGroups with
+// one group. Buffers come from ar (nil allocates); they stay valid until
+// ar is reset.
 func (m *Model[F]) Forward(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activations[F], error) {
-	return m.forward(ad, b, ar, true)
+	return m.ForwardGroups([]Group[F]{{Adapter: ad, Seqs: len(b.Starts) - 1}}, b, ar, true)
 }
 
 // Infer is Forward for a pass that no Backward follows (forward, logprobs):
 // attention keeps no log-sum-exp, a log per query row and head.
 func (m *Model[F]) Infer(ad *lora.Adapter[F], b Batch, ar *Arena[F]) (*Activations[F], error) {
-	return m.forward(ad, b, ar, false)
+	return m.ForwardGroups([]Group[F]{{Adapter: ad, Seqs: len(b.Starts) - 1}}, b, ar, false)
 }
 
-func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward bool) (*Activations[F], error) {
+// ForwardGroups is Forward (backward true) or Infer over a batch whose
+// sequences gs give their adapters, in order; their Seqs add up to the
+// batch's sequences.
+func (m *Model[F]) ForwardGroups(gs []Group[F], b Batch, ar *Arena[F], backward bool) (*Activations[F], error) {
 	c := m.W.Cfg
 	T, D := len(b.Tokens), c.Hidden
 	for _, tok := range b.Tokens {
@@ -151,14 +168,18 @@ func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward 
 			return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, L, c.MaxPos)
 		}
 	}
+	rows, err := m.rowGroups(gs, b)
+	if err != nil {
+		return nil, err
+	}
 	act := ar.activations(c.Layers)
-	act.B, act.ar, act.rope, act.backward = b, ar, m.rope.Table(positions(b)), backward
+	act.B, act.ar, act.groups, act.rope, act.backward = b, ar, rows, m.rope.Table(positions(b)), backward
 	x := ar.Take(T * D)
 	for t, tok := range b.Tokens {
 		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
 	}
 	for l := range act.layers {
-		x = m.layerForward(ad, l, &act.layers[l], act, x)
+		x = m.layerForward(l, &act.layers[l], act, x)
 	}
 	act.xf = x
 	act.invf = ar.Take(T)
@@ -167,23 +188,38 @@ func (m *Model[F]) forward(ad *lora.Adapter[F], b Batch, ar *Arena[F], backward 
 	return act, nil
 }
 
-func pairOf[F gemm.Float](ad *lora.Adapter[F], l int, mod lora.Module) *lora.Pair[F] {
-	if ad == nil {
-		return nil
+// rowGroups turns groups of sequences into groups of b's packed rows.
+func (m *Model[F]) rowGroups(gs []Group[F], b Batch) ([]rowGroup[F], error) {
+	rows := make([]rowGroup[F], 0, len(gs))
+	seq := 0
+	for _, g := range gs {
+		if g.Seqs < 0 || seq+g.Seqs >= len(b.Starts) {
+			return nil, fmt.Errorf("transformer: groups of %d sequences or more for a batch of %d", seq+g.Seqs, len(b.Starts)-1)
+		}
+		rows = append(rows, rowGroup[F]{ts: liveTerms(m, g.Adapter), grads: g.Grads, lo: b.Starts[seq], hi: b.Starts[seq+g.Seqs]})
+		seq += g.Seqs
 	}
-	return ad.Layers[l][mod]
+	if seq != len(b.Starts)-1 {
+		return nil, fmt.Errorf("transformer: groups of %d sequences for a batch of %d", seq, len(b.Starts)-1)
+	}
+	return rows, nil
 }
 
-// project runs one projection of layer l, allocating the LoRA buffer if needed.
-func (m *Model[F]) project(ad *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], y, x []F, T, in, out int, b []F) {
-	p := pairOf(ad, l, mod)
-	if p != nil {
-		la.lu[mod] = ar.Take(T * ad.Cfg.Rank)
+// project runs one projection of layer l over every group's rows, taking
+// the LoRA scratch it keeps for the backward pass.
+func (m *Model[F]) project(l int, mod lora.Module, la *layerAct[F], act *Activations[F], y, x []F, in, out int, b []F) {
+	T, r := act.T(), maxRank(act.groups)
+	la.lu[mod] = nil
+	for _, g := range act.groups {
+		if g.ts.term(l, mod).a.W != nil {
+			la.lu[mod] = act.ar.Take(T * r)
+			break
+		}
 	}
-	linear(y, x, T, in, out, m.proj[l][mod], b, termOf(ad, p), la.lu[mod])
+	linear(y, x, T, in, out, m.proj[l][mod], b, act.groups, 0, func(g rowGroup[F]) term[F] { return g.ts.term(l, mod) }, la.lu[mod])
 }
 
-func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], x []F) []F {
+func (m *Model[F]) layerForward(l int, la *layerAct[F], act *Activations[F], x []F) []F {
 	c, w := m.W.Cfg, &m.W.Layers[l]
 	T, D, Q, KV, I := len(act.B.Tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	ar := act.ar
@@ -192,9 +228,9 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	ops.RMSNorm(la.h1, la.inv1, x, w.AttnNorm, T, D, c.RMSEps)
 
 	la.q, la.k, la.v = ar.Take(T*Q), ar.Take(T*KV), ar.Take(T*KV)
-	m.project(ad, l, lora.Q, la, ar, la.q, la.h1, T, D, Q, w.Bq)
-	m.project(ad, l, lora.K, la, ar, la.k, la.h1, T, D, KV, w.Bk)
-	m.project(ad, l, lora.V, la, ar, la.v, la.h1, T, D, KV, w.Bv)
+	m.project(l, lora.Q, la, act, la.q, la.h1, D, Q, w.Bq)
+	m.project(l, lora.K, la, act, la.k, la.h1, D, KV, w.Bk)
+	m.project(l, lora.V, la, act, la.v, la.h1, D, KV, w.Bv)
 	if c.QKNorm {
 		la.qPre, la.qInv = ar.Take(T*Q), ar.Take(T*c.Heads)
 		la.kPre, la.kInv = ar.Take(T*KV), ar.Take(T*c.KVHeads)
@@ -218,22 +254,23 @@ func (m *Model[F]) layerForward(ad *lora.Adapter[F], l int, la *layerAct[F], act
 	}
 
 	la.x2 = ar.Take(T * D)
-	m.project(ad, l, lora.O, la, ar, la.x2, la.attn, T, Q, D, w.Bo)
+	m.project(l, lora.O, la, act, la.x2, la.attn, Q, D, w.Bo)
 	ops.Add(la.x2, x)
 	la.h2, la.inv2 = ar.Take(T*D), ar.Take(T)
 	ops.RMSNorm(la.h2, la.inv2, la.x2, w.MLPNorm, T, D, c.RMSEps)
 	la.g, la.u, la.a = ar.Take(T*I), ar.Take(T*I), ar.Take(T*I)
-	m.project(ad, l, lora.Gate, la, ar, la.g, la.h2, T, D, I, nil)
-	m.project(ad, l, lora.Up, la, ar, la.u, la.h2, T, D, I, nil)
+	m.project(l, lora.Gate, la, act, la.g, la.h2, D, I, nil)
+	m.project(l, lora.Up, la, act, la.u, la.h2, D, I, nil)
 	ops.SwiGLU(la.a, la.g, la.u)
 	out := ar.Take(T * D)
-	m.project(ad, l, lora.Down, la, ar, out, la.a, T, I, D, nil)
+	m.project(l, lora.Down, la, act, out, la.a, I, D, nil)
 	ops.Add(out, la.x2)
 	return out
 }
 
-// Backward adds dL/d(LoRA parameters) into grads, given dL/dHidden.
-func (m *Model[F]) Backward(ad, grads *lora.Adapter[F], act *Activations[F], dHidden []F) {
+// Backward adds dL/d(LoRA parameters) into each group's gradient, given
+// dL/dHidden.
+func (m *Model[F]) Backward(act *Activations[F], dHidden []F) {
 	if !act.backward {
 		panic("transformer: Backward of an Infer pass")
 	}
@@ -242,26 +279,24 @@ func (m *Model[F]) Backward(ad, grads *lora.Adapter[F], act *Activations[F], dHi
 	dx := act.ar.Alloc(T * D)
 	ops.RMSNormBackward(dx, dHidden, act.xf, m.W.Norm, act.invf, T, D)
 	for l := c.Layers - 1; l >= 0; l-- {
-		dx = m.layerBackward(ad, grads, l, &act.layers[l], act, dx, l > 0)
+		dx = m.layerBackward(l, &act.layers[l], act, dx, l > 0)
 	}
 }
 
-// gradPair returns the gradient pair of a module, or nil.
-func gradPair[F gemm.Float](grads *lora.Adapter[F], l int, mod lora.Module) *lora.Pair[F] {
-	if grads == nil {
-		return nil
-	}
-	return grads.Layers[l][mod]
-}
-
-func (m *Model[F]) projBackward(ad, grads *lora.Adapter[F], l int, mod lora.Module, la *layerAct[F], ar *Arena[F], dx []F, beta F, dy, x []F, T, in, out int) {
-	linearBackward(dx, beta, dy, x, T, in, out, m.proj[l][mod], termOf(ad, pairOf(ad, l, mod)), gradPair(grads, l, mod), la.lu[mod], ar)
+// projBackward is linearBackward for one projection of layer l.
+func (m *Model[F]) projBackward(l int, mod lora.Module, la *layerAct[F], act *Activations[F], dx []F, beta F, dy, x []F, in, out int) {
+	linearBackward(dx, beta, dy, x, act.T(), in, out, m.proj[l][mod], act.groups, 0, func(g rowGroup[F]) (term[F], *lora.Pair[F]) {
+		if g.grads == nil {
+			return g.ts.term(l, mod), nil
+		}
+		return g.ts.term(l, mod), g.grads.Layers[l][mod]
+	}, la.lu[mod], act.ar)
 }
 
 // layerBackward takes dL/d(layer output) and returns dL/d(layer input); the
 // input gradient of the first layer is not needed (embeddings are frozen),
 // so needDx false skips it.
-func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct[F], act *Activations[F], dout []F, needDx bool) []F {
+func (m *Model[F]) layerBackward(l int, la *layerAct[F], act *Activations[F], dout []F, needDx bool) []F {
 	c, w := m.W.Cfg, &m.W.Layers[l]
 	T, D, Q, KV, I := act.T(), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	ar := act.ar
@@ -269,17 +304,17 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	// out = x2 + down(silu(g)⊙u)
 	dx2 := ar.Clone(dout)
 	da := ar.Take(T * I)
-	m.projBackward(ad, grads, l, lora.Down, la, ar, da, 0, dout, la.a, T, I, D)
+	m.projBackward(l, lora.Down, la, act, da, 0, dout, la.a, I, D)
 	dg, du := ar.Take(T*I), ar.Take(T*I)
 	ops.SwiGLUBackward(dg, du, da, la.g, la.u)
 	dh2 := ar.Take(T * D)
-	m.projBackward(ad, grads, l, lora.Gate, la, ar, dh2, 0, dg, la.h2, T, D, I)
-	m.projBackward(ad, grads, l, lora.Up, la, ar, dh2, 1, du, la.h2, T, D, I)
+	m.projBackward(l, lora.Gate, la, act, dh2, 0, dg, la.h2, D, I)
+	m.projBackward(l, lora.Up, la, act, dh2, 1, du, la.h2, D, I)
 	ops.RMSNormBackward(dx2, dh2, la.x2, w.MLPNorm, la.inv2, T, D)
 
 	// x2 = x + o_proj(attn)
 	dattn := ar.Take(T * Q)
-	m.projBackward(ad, grads, l, lora.O, la, ar, dattn, 0, dx2, la.attn, T, Q, D)
+	m.projBackward(l, lora.O, la, act, dattn, 0, dx2, la.attn, Q, D)
 	dq, dk, dv := ar.Take(T*Q), ar.Take(T*KV), ar.Take(T*KV)
 	for i := 0; i+1 < len(act.B.Starts); i++ {
 		o, L := act.B.Starts[i], act.B.Starts[i+1]-act.B.Starts[i]
@@ -298,9 +333,9 @@ func (m *Model[F]) layerBackward(ad, grads *lora.Adapter[F], l int, la *layerAct
 	if needDx {
 		dh1 = ar.Take(T * D)
 	}
-	m.projBackward(ad, grads, l, lora.Q, la, ar, dh1, 0, dq, la.h1, T, D, Q)
-	m.projBackward(ad, grads, l, lora.K, la, ar, dh1, 1, dk, la.h1, T, D, KV)
-	m.projBackward(ad, grads, l, lora.V, la, ar, dh1, 1, dv, la.h1, T, D, KV)
+	m.projBackward(l, lora.Q, la, act, dh1, 0, dq, la.h1, D, Q)
+	m.projBackward(l, lora.K, la, act, dh1, 1, dk, la.h1, D, KV)
+	m.projBackward(l, lora.V, la, act, dh1, 1, dv, la.h1, D, KV)
 	if !needDx {
 		return nil
 	}
