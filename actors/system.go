@@ -195,6 +195,9 @@ func Start(cfg Config) (*System, error) {
 		func() float64 { return float64(lim.Queued().Ops) })
 	cfg.Metrics.Gauge("wts_operations_queued_bytes", "Bytes of queued operations' records held in memory (bounded by --max-queue-bytes).",
 		func() float64 { return float64(lim.Queued().Bytes) })
+	trainer := n.Trainer
+	cfg.Metrics.Gauge("wts_trainer_waiting", "Operations and chores in the trainer's executor waiting for their turn (those running a slice not counted).",
+		func() float64 { return float64(trainer.Waiting()) })
 	cfg.Metrics.Gauge("wts_memory_budget_used_bytes", "Memory taken by trainers, samplers' adapters and KV caches.",
 		func() float64 { return float64(mem.InUse()) })
 	cfg.Metrics.Gauge("wts_memory_budget_bytes", "The node's budget for trainers, samplers' adapters and KV caches.",

@@ -73,6 +73,11 @@ func Meter(p, tokenMeter string, succeeded bool, tokens, deviceMS int64) []Readi
 	return nil
 }
 
+// SharesPasses reports whether provider p's runs may share passes through
+// their base model with other such runs' work (provider_b's shared pool);
+// provider_a's dedicated trainer runs its own, whose device time it bills.
+func SharesPasses(p string) bool { return p == B }
+
 // SettlesLater reports whether provider p's usage is observed at once and
 // settled later, when the provider has billed it (the settlement pass,
 // actors/usage): provider_a's device time is invoiced by the provider;

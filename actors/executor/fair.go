@@ -54,3 +54,32 @@ func (q *fairQueue[T]) peek() (T, bool) {
 }
 
 func (q *fairQueue[T]) len() int { return q.n }
+
+// takeIf removes and returns the items that ok accepts, in turn order
+// (each organization's items oldest first), until ok has accepted n; the
+// items left keep their order and the organizations their turns.
+func (q *fairQueue[T]) takeIf(n int, ok func(T) bool) []T {
+	var out []T
+	ring := q.ring[:0]
+	for _, org := range q.ring {
+		items := q.by[org]
+		kept := items[:0]
+		for _, v := range items {
+			if len(out) < n && ok(v) {
+				out = append(out, v)
+				continue
+			}
+			kept = append(kept, v)
+		}
+		clear(items[len(kept):]) // drop the references to the items taken
+		if len(kept) == 0 {
+			delete(q.by, org)
+			continue
+		}
+		q.by[org] = kept
+		ring = append(ring, org)
+	}
+	q.ring = ring
+	q.n -= len(out)
+	return out
+}

@@ -53,6 +53,10 @@ type Job struct {
 	// WeightsSeq the state it was saved at.
 	WeightVersion int64
 	WeightsSeq    int64
+	// Pooled: the run's provider shares passes (providers.SharesPasses):
+	// its forward and forward_backward may run in one pass with other
+	// pooled runs' (sharedPass).
+	Pooled bool
 
 	Parsed payload.Parsed `msgpack:"-"` // Payload parsed, when the grain had it (it is not encoded)
 }
@@ -314,6 +318,13 @@ func (e *Trainer) cancel(r *JobRef) {
 	}
 }
 
+// Waiting is the number of tasks waiting in line for their turn.
+func (e *Trainer) Waiting() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ready.len()
+}
+
 // Stopping tells whether the node has begun stopping (Drain was called).
 func (e *Trainer) Stopping() bool {
 	e.mu.Lock()
@@ -409,7 +420,6 @@ func (e *Trainer) slice(t *task) {
 		e.runChore(t)
 		return
 	}
-	j := t.j
 	var d *Done
 	var err error
 	switch {
@@ -419,11 +429,18 @@ func (e *Trainer) slice(t *task) {
 		t.started = time.Now()
 	}
 	if d == nil {
-		err = grain.Guard(e.sys.env.Log, "executor "+j.Kind, func() (err error) {
+		err = grain.Guard(e.sys.env.Log, "executor "+t.j.Kind, func() (err error) {
 			d, err = e.step(t)
 			return err
 		})
 	}
+	e.ended(t, d, err)
+}
+
+// ended takes the outcome of t's slice: more to do (d and err nil) puts
+// it back in line, an error or a Done reports how it ended.
+func (e *Trainer) ended(t *task, d *Done, err error) {
+	j := t.j
 	switch {
 	case err != nil:
 		if errors.Is(err, errNoRoom) && t.ctx.Err() == nil { // wait for memory
@@ -501,18 +518,40 @@ func (e *Trainer) markStarted(t *task) {
 
 // step runs t's next slice: its trainer first (rebuilt if this node does
 // not hold it at the job's state), then the operation, a forward or
-// forward_backward one micro-batch per slice. It returns nil, nil while
-// there is more to do.
+// forward_backward one micro-batch per slice (shared with other runs',
+// see sharedPass). It returns nil, nil while there is more to do.
 func (e *Trainer) step(t *task) (*Done, error) {
 	j := t.j
 	if err := t.ctx.Err(); err != nil {
 		return nil, err
 	}
 	FaultHook(j)
+	if ready, err := e.begin(t); !ready || err != nil {
+		return nil, err
+	}
+	if t.pass == nil {
+		out, err := e.apply(t.ctx, t.ts, j, j.OpID, j.Kind, j.Payload, j.Parsed)
+		if err != nil {
+			return nil, err
+		}
+		return e.succeeded(t, out)
+	}
+	if err := e.sharedPass(t); err != nil {
+		return nil, err
+	}
+	return e.passed(t)
+}
+
+// begin readies t: its trainer (false while it is being rebuilt, one
+// replayed operation a slice), then the word that it started, its
+// progress reports, its parsed payload and, for a forward or
+// forward_backward, its pass.
+func (e *Trainer) begin(t *task) (bool, error) {
+	j := t.j
 	if t.ts == nil {
 		ts, err := e.trainer(t)
 		if err != nil || ts == nil {
-			return nil, err // nil, nil: rebuilding, more to replay
+			return false, err
 		}
 		t.ts = ts
 		e.markStarted(t)
@@ -525,44 +564,140 @@ func (e *Trainer) step(t *task) (*Done, error) {
 			}
 		})
 	}
-	ts := t.ts
-	ts.tr.UseArena(e.arena)
-	ts.lastUsed = time.Now()
-	p := j.Parsed
-	if p == nil {
-		var err error
-		if p, err = Parse(j.Kind, j.Payload); err != nil {
-			return nil, err
+	t.ts.tr.UseArena(e.arena)
+	t.ts.lastUsed = time.Now()
+	if j.Parsed == nil {
+		p, err := Parse(j.Kind, j.Payload)
+		if err != nil {
+			return false, err
 		}
 		j.Parsed = p
 	}
-	var out *applied
-	if b, ok := p.(*payload.Batch); ok {
-		if t.pass == nil {
-			pass, err := ts.tr.Begin(b.Datums(), b.LossFn, b.LossFnConfig, j.Kind == payload.ForwardBackward)
-			if err != nil {
-				return nil, err
-			}
-			t.pass = pass
-		}
-		if err := t.pass.Next(t.ctx); err != nil {
-			return nil, err
-		}
-		if !t.pass.Done() {
-			return nil, nil
-		}
-		o, err := t.pass.Output()
+	if b, ok := j.Parsed.(*payload.Batch); ok && t.pass == nil {
+		pass, err := t.ts.tr.Begin(b.Datums(), b.LossFn, b.LossFnConfig, j.Kind == payload.ForwardBackward)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		out = batchApplied(j.Kind, o)
-	} else {
-		var err error
-		if out, err = e.apply(t.ctx, ts, j, j.OpID, j.Kind, j.Payload, p); err != nil {
-			return nil, err
+		t.pass = pass
+	}
+	return true, nil
+}
+
+// passed is t's outcome after a micro-batch: nil, nil while its pass has
+// more to run.
+func (e *Trainer) passed(t *task) (*Done, error) {
+	if !t.pass.Done() {
+		return nil, nil
+	}
+	o, err := t.pass.Output()
+	if err != nil {
+		return nil, err
+	}
+	return e.succeeded(t, batchApplied(t.j.Kind, o))
+}
+
+// maxShared bounds the runs whose micro-batches one shared pass takes.
+const maxShared = 64
+
+// sharedPass runs t's next micro-batch in one pass through the base model
+// with those of other runs' operations of t's kind waiting in line on the
+// same model whose trainers this node holds at their state (train.
+// NextShared): the base weights are read once for all of them, which is
+// what makes passes of a few tokens each cheaper (BenchmarkSharedPasses in
+// kernels/train), and each run's results are those of a pass of its own,
+// bit for bit. Only pooled runs share (Job.Pooled). Together they keep to
+// train.MicroTokens. Each companion's slice ends here as its own would
+// (ended); t's outcome is the caller's. Cancels are seen between slices,
+// as for a pass alone.
+func (e *Trainer) sharedPass(t *task) error {
+	if !t.j.Pooled {
+		return e.passOf([]*task{t})
+	}
+	room := train.MicroTokens - t.pass.NextTokens()
+	model := t.ts.tr.Model()
+	e.mu.Lock()
+	cands := e.ready.takeIf(maxShared-1, func(c *task) bool {
+		if c.chore != nil || !c.j.Pooled || c.j.Kind != t.j.Kind || c.rb != nil || c.ctx.Err() != nil {
+			return false
+		}
+		ts := c.ts
+		if ts == nil { // not started: only if its trainer is here at its state
+			ts = e.trainers[c.j.RunID]
+			if ts == nil || ts.epoch != c.j.Epoch || ts.stateSeq != c.j.StateSeq {
+				return false
+			}
+		}
+		n := batchTokens(c)
+		if ts.tr.Model() != model || n > room {
+			return false
+		}
+		room -= n
+		return true
+	})
+	e.mu.Unlock()
+	group := []*task{t}
+	for _, c := range cands {
+		if c.started.IsZero() {
+			c.started = time.Now()
+		}
+		var ready bool
+		err := grain.Guard(e.sys.env.Log, "executor "+c.j.Kind, func() (err error) {
+			FaultHook(c.j)
+			ready, err = e.begin(c)
+			return err
+		})
+		if err != nil || !ready || !t.pass.Shares(c.pass) {
+			e.ended(c, nil, err)
+			continue
+		}
+		group = append(group, c)
+	}
+	return e.passOf(group)
+}
+
+// passOf runs the next micro-batch of each task of group in one pass; the
+// outcomes of all but the first are taken here.
+func (e *Trainer) passOf(group []*task) error {
+	ctxs, passes := make([]context.Context, len(group)), make([]*train.Pass, len(group))
+	for i, g := range group {
+		// Not cancelled since the slice began: the pass runs to its end,
+		// as a pass alone's micro-batch does, and each hears of its progress.
+		ctxs[i], passes[i] = context.WithoutCancel(g.ctx), g.pass
+	}
+	err := grain.Guard(e.sys.env.Log, "executor shared pass", func() error { return train.NextShared(ctxs, passes) })
+	e.sys.env.Metrics.Pass(len(group))
+	for _, c := range group[1:] {
+		if err != nil {
+			e.ended(c, nil, err)
+			continue
+		}
+		var d *Done
+		cerr := grain.Guard(e.sys.env.Log, "executor "+c.j.Kind, func() (err error) {
+			d, err = e.passed(c)
+			return err
+		})
+		e.ended(c, d, cerr)
+	}
+	return err
+}
+
+// batchTokens is what c's next micro-batch takes at most: its pass's next
+// one, or, not begun, its whole batch.
+func batchTokens(c *task) int {
+	if c.pass != nil {
+		return c.pass.NextTokens()
+	}
+	b, ok := c.j.Parsed.(*payload.Batch)
+	if !ok {
+		return math.MaxInt // parsed when it begins
+	}
+	n := 0
+	for _, d := range b.Data {
+		if d.ModelInput != nil {
+			n += len(d.ModelInput.TokenIDs)
 		}
 	}
-	return e.succeeded(t, out)
+	return n
 }
 
 // succeeded is the report on an operation that ran to its end; a

@@ -142,13 +142,20 @@ func Submit(t testing.TB, s *actors.System, run string, seq int64, kind string, 
 // the tiny model).
 func NewRun(t testing.TB, s *actors.System) (*protocol.Session, *persistence.Run) {
 	t.Helper()
-	ss, created, err := s.CreateSession(protocol.NewSession{Tenant: Tenant, RequestID: "s1"})
+	return NamedRun(t, s, "1", "", 1)
+}
+
+// NamedRun is NewRun with requests "s"+name and "r"+name, the session's
+// provider ("": auto) and the adapter's seed.
+func NamedRun(t testing.TB, s *actors.System, name, provider string, seed uint64) (*protocol.Session, *persistence.Run) {
+	t.Helper()
+	ss, created, err := s.CreateSession(protocol.NewSession{Tenant: Tenant, RequestID: "s" + name, Provider: provider})
 	if err != nil || !created {
 		t.Fatal(err, created)
 	}
 	m, _ := s.Registry().Catalog().Lookup("tiny")
-	rr, err := s.CreateRun(protocol.NewRun{Tenant: Tenant, SessionID: ss.ID, RequestID: "r1", BaseModel: "tiny", ModelRevision: m.Revision, TuningMode: "lora",
-		LoRA: &persistence.LoRA{Rank: 4, Seed: 1, TrainAttn: true, TrainMLP: true}})
+	rr, err := s.CreateRun(protocol.NewRun{Tenant: Tenant, SessionID: ss.ID, RequestID: "r" + name, BaseModel: "tiny", ModelRevision: m.Revision, TuningMode: "lora",
+		LoRA: &persistence.LoRA{Rank: 4, Seed: seed, TrainAttn: true, TrainMLP: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

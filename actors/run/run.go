@@ -24,6 +24,7 @@ import (
 	"github.com/wts-project/wts/actors/states"
 	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/persistence"
+	"github.com/wts-project/wts/providers"
 )
 
 // Grain owns one run: it accepts operations in seq_id order, runs them one
@@ -508,10 +509,12 @@ func (g *Grain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.
 	if op.Kind == payload.Finish || op.Kind == payload.Cancel {
 		return nil
 	}
+	prices, err := g.Prices(r.Tenant, r.SessionID) // cached; without it the job runs its passes alone
 	return &executor.Job{
 		RunID: r.ID, Tenant: r.Tenant, Epoch: g.Epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, Parsed: g.parsed[op.SeqID],
 		BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
 		FromCheckpoint: r.CheckpointID != "", SamplerID: protocol.SamplerID(r.ID), WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
+		Pooled: err == nil && providers.SharesPasses(prices.Provider),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -342,5 +343,80 @@ func TestStaleActivationLeaves(t *testing.T) {
 		if !errors.As(err, &e) || e.Code != protocol.CodeUnavailable || time.Now().After(deadline) {
 			t.Fatalf("seq 3 after the stale activation left: %v", err)
 		}
+	}
+}
+
+// counter reads one of the node's counters without labels.
+func counter(t *testing.T, s *actors.System, name string) float64 {
+	t.Helper()
+	fams, err := s.Telemetry().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// Pooled runs' forwards waiting at once on one base model run in one pass
+// through it, and each gets what it gets in a pass of its own: the same
+// loss, bit for bit, as the same forward run alone.
+func TestPooledRunsSharePasses(t *testing.T) {
+	s := nodetest.Start(t, nodetest.Registry(t), t.TempDir())
+	defer s.Stop(context.Background())
+	nodetest.Credit(t, s)
+	const n = 4
+	runs := make([]*persistence.Run, n)
+	alone := make([]float64, n)
+	for i := range runs {
+		var ss *protocol.Session
+		ss, runs[i] = nodetest.NamedRun(t, s, fmt.Sprint(i), "provider_b", uint64(i+1))
+		if ss.Provider != "provider_b" {
+			t.Fatalf("session on %s, want the shared pool", ss.Provider)
+		}
+		// A step, so that the adapters differ, then a forward alone.
+		nodetest.Loss(t, nodetest.Submit(t, s, runs[i].ID, 1, payload.ForwardBackward, nodetest.Batch(i)))
+		nodetest.Submit(t, s, runs[i].ID, 2, payload.OptimStep, json.RawMessage(`{"adam_params":{"learning_rate":0.05}}`))
+		alone[i] = nodetest.Loss(t, nodetest.Submit(t, s, runs[i].ID, 3, payload.Forward, nodetest.Batch(10+i)))
+	}
+
+	// The first forward to start holds the executor until the others wait
+	// in line behind it.
+	release := make(chan struct{})
+	var once sync.Once
+	executor.FaultHook = func(j *executor.Job) {
+		if j.SeqID == 4 {
+			once.Do(func() { <-release })
+		}
+	}
+	defer func() { executor.FaultHook = func(*executor.Job) {} }()
+	passes, carried := counter(t, s, "wts_trainer_passes_total"), counter(t, s, "wts_trainer_pass_runs_total")
+	ids := make([]string, n)
+	for i, r := range runs {
+		acc, err := s.Submit(protocol.Submission{Tenant: nodetest.Tenant, Target: r.ID, SeqID: 4, IdempotencyKey: "k4", RequestHash: "h4", Kind: payload.Forward, Payload: nodetest.Batch(10 + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = acc.Op.ID
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Node().Trainer.Waiting() < n-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d forwards waiting, want %d", s.Node().Trainer.Waiting(), n-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	for i, id := range ids {
+		if got := nodetest.Loss(t, nodetest.Wait(t, s, id)); math.Float64bits(got) != math.Float64bits(alone[i]) {
+			t.Fatalf("run %d: loss %v in the shared pass, %v alone", i, got, alone[i])
+		}
+	}
+	if p, c := counter(t, s, "wts_trainer_passes_total")-passes, counter(t, s, "wts_trainer_pass_runs_total")-carried; p != 1 || c != n {
+		t.Fatalf("%v passes carried %v runs' forwards, want one pass of %d", p, c, n)
 	}
 }

@@ -27,6 +27,8 @@ type Metrics struct {
 	commitPages    prometheus.Counter
 	commitSeconds  prometheus.Histogram
 	fenced         *prometheus.CounterVec // executor
+	passes         prometheus.Counter
+	passRuns       prometheus.Counter
 }
 
 // New registers the node's collectors, with the Go runtime's and the
@@ -67,9 +69,15 @@ func New() *Metrics {
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wts_executor_fenced_total", Help: "Commands an executor refused because they came from a grain activation older than one it has seen (a stale activation after a restart or a move).",
 		}, []string{"executor"}),
+		passes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wts_trainer_passes_total", Help: "Passes of forward and forward_backward micro-batches through a base model on the trainer's executor.",
+		}),
+		passRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wts_trainer_pass_runs_total", Help: "Runs' micro-batches those passes carried; divided by wts_trainer_passes_total it is the mean number of runs that shared a pass.",
+		}),
 	}
 	m.Registry.MustRegister(m.requests, m.requestSeconds, m.opsAccepted, m.opsExecuted, m.opSeconds,
-		m.commits, m.commitWrites, m.commitPages, m.commitSeconds, m.fenced,
+		m.commits, m.commitWrites, m.commitPages, m.commitSeconds, m.fenced, m.passes, m.passRuns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -91,6 +99,12 @@ func (m *Metrics) Executed(kind, status string, took time.Duration) {
 
 // Fenced records a command an executor refused as stale.
 func (m *Metrics) Fenced(executor string) { m.fenced.WithLabelValues(executor).Inc() }
+
+// Pass records one pass through a base model that carried runs' micro-batches.
+func (m *Metrics) Pass(runs int) {
+	m.passes.Inc()
+	m.passRuns.Add(float64(runs))
+}
 
 // Commit records one group commit of the store.
 func (m *Metrics) Commit(writes, pages int, took time.Duration) {

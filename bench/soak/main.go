@@ -15,11 +15,15 @@
 //     organization's ledger must have nothing reserved or pending, its
 //     sums must be the fold of its entries, and its settled spend exactly
 //     the sum of its sessions' totals (no micro-dollar lost or counted
-//     twice through the kills).
+//     twice through the kills);
+//   - replays to another loss: a trainer rebuilt after a restart replays
+//     its run's operations alone, and each must give the loss recorded
+//     when it ran (perhaps in a pass shared with other runs: about half
+//     the sessions ask for provider_b's shared pool).
 //
 // It exits 1 when anything was lost or duplicated, an operation failed
-// internal_error, a ledger did not balance, or the peak RSS passed the
-// budget.
+// internal_error, a ledger did not balance, a replay gave another loss,
+// or the peak RSS passed the budget.
 //
 // With --nodes N (N > 1) the same runs against a cluster of N nodes on one
 // shared data folder (`make chaos`): each request goes to a random node
@@ -120,7 +124,8 @@ func main() {
 	fmt.Printf("%-28s %d MiB (budget %d MiB)\n", "peak RSS", n.peak.Load()>>20, *budget>>20)
 	fmt.Printf("%-28s %v\n", "settled after the load", settled)
 	fmt.Printf("%-28s %d of %d (their sessions cost %d µUSD in all)\n", "ledgers not balanced", r.unbalanced, len(keys), r.spent)
-	if r.lost > 0 || r.duplicated > 0 || r.unbalanced > 0 || r.codes["internal_error"] > 0 || n.peak.Load() > *budget {
+	fmt.Printf("%-28s %d\n", "replays to another loss", n.replays.Load())
+	if r.lost > 0 || r.duplicated > 0 || r.unbalanced > 0 || r.codes["internal_error"] > 0 || n.peak.Load() > *budget || n.replays.Load() > 0 {
 		fmt.Println("\nFAIL")
 		os.Exit(1)
 	}
@@ -136,6 +141,7 @@ type node struct {
 	members   []*member
 	peak      atomic.Int64 // the largest VmHWM seen, over every process
 	throttled atomic.Int64
+	replays   atomic.Int64 // replayed operations whose loss differed from the recorded one
 	latMu     sync.Mutex
 	latencies []time.Duration
 	revision  string
@@ -275,7 +281,16 @@ func (n *node) restart(i int, s syscall.Signal) {
 	n.mu.Unlock()
 	m.cmd.Process.Signal(s)
 	m.cmd.Wait()
+	n.countReplays(m.proc)
 	n.launch(i)
+}
+
+// countReplays counts the warnings of an ended process that a trainer it
+// rebuilt replayed an operation to another loss than the recorded one: the
+// engine is deterministic, whichever runs shared a pass, so there must be
+// none.
+func (n *node) countReplays(p *service.Process) {
+	n.replays.Add(int64(strings.Count(p.Log(), "replayed loss differs")))
 }
 
 // stop stops every member together (one by one, a cluster's last store
@@ -288,6 +303,7 @@ func (n *node) stop() {
 			defer wg.Done()
 			m.cmd.Process.Signal(syscall.SIGTERM)
 			m.cmd.Wait()
+			n.countReplays(m.proc)
 		}()
 	}
 	wg.Wait()
@@ -412,7 +428,11 @@ type client struct {
 
 func (c *client) load(stop <-chan struct{}) {
 	c.acked, c.kinds = map[int64]string{}, map[int64]string{}
-	c.session = c.create(v1+"/sessions", `{"request_id":"`+c.name+`","idle_ttl_s":3600}`)
+	provider := "auto" // provider_a while its dedicated trainers last
+	if c.rng.IntN(2) == 0 {
+		provider = "provider_b" // the shared pool, whose runs share passes
+	}
+	c.session = c.create(v1+"/sessions", `{"request_id":"`+c.name+`","idle_ttl_s":3600,"provider":"`+provider+`"}`)
 	s := c.session
 	c.run = c.create(v1+"/sessions/"+s+"/runs", fmt.Sprintf(`{"request_id":"r","base_model":%q,"model_revision":%q,"lora":{"rank":8}}`, c.n.model, c.n.revision))
 	for seq := int64(1); ; seq++ {

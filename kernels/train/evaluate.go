@@ -31,10 +31,11 @@ type Output struct {
 	Metrics  map[string]float64
 }
 
-// microTokens bounds the tokens in one pass through the model. Activations
+// MicroTokens bounds the tokens in one pass through the model. Activations
 // grow with tokens × layers; larger batches run as several passes whose
-// gradients add up, which gives the same result.
-const microTokens = 4096
+// gradients add up, which gives the same result. Shared passes of several
+// runs (NextShared) keep to it too, by their caller.
+const MicroTokens = 4096
 
 // Validate checks a batch against the model and the loss before any compute.
 func Validate(data []Datum, fn *loss.Fn, vocab, maxPos int) error {
@@ -116,10 +117,10 @@ func newEval[F gemm.Float](m *transformer.Model[F], ad *lora.Adapter[F], data []
 func (e *eval[F]) done() bool { return e.lo == len(e.data) }
 
 // span is the next micro-batch: datums [lo, hi) while they fit in
-// microTokens (at least one), n tokens.
+// MicroTokens (at least one), n tokens.
 func (e *eval[F]) span() (hi, n int) {
 	hi = e.lo
-	for hi < len(e.data) && (hi == e.lo || n+len(e.data[hi].ModelInput) <= microTokens) {
+	for hi < len(e.data) && (hi == e.lo || n+len(e.data[hi].ModelInput) <= MicroTokens) {
 		n += len(e.data[hi].ModelInput)
 		hi++
 	}

@@ -84,7 +84,7 @@ func (t *Trainer) run(ctx context.Context, data []Datum, lossName string, config
 }
 
 // Pass is a Forward or ForwardBackward in progress, run one micro-batch
-// (at most microTokens tokens) per Next. Between two calls nothing of it is
+// (at most MicroTokens tokens) per Next. Between two calls nothing of it is
 // in the trainer's arena, so a scheduler may run other trainers' passes on
 // the same arena in between: a large batch then shares the device with
 // small ones instead of holding it until it ends.
