@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -76,12 +76,20 @@ bench-api: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/apibench --wts bin/wts
 
-# Sampling benchmark: time to first token, inter-token latency p50/p99 and
-# tokens/s at 1, 8 and 32 concurrent samplers on one base model through a
-# real `wts serve`, beside the engine's single-stream decode.
-bench-sample: build
-	$(GO) build -o bin/wts ./cmd/wts
-	$(GO) run ./bench/samplebench --wts bin/wts
+# The sampling benchmark (`wts bench sample`, bench/README.md) on a node of
+# its own serving the small model: a closed loop at 1, 4 and 16 clients, an
+# open loop of Poisson arrivals over 8 adapters, and N adapters on one base
+# at once (one client each). Each writes results.json, results.md and its
+# plots under build/bench/.
+bench-sample:
+	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+	bin/wts bench sample --levels 1,4,16 --out build/bench/sample-closed
+	bin/wts bench sample --loop open --adapters 8 --levels 0.5,1,2 --prompt 8-64 --output 16-48 --out build/bench/sample-open
+	bin/wts bench sample --levels 1,8,64 --output 16 --out build/bench/sample-adapters
+
+# Every benchmark that reports figures, one after another: the sampling
+# benchmark, then the API's (bench/apibench).
+bench: bench-sample bench-api
 
 # Soak: 10 minutes of mixed load from three organizations against a node
 # that is killed (kill -9) or stopped (SIGTERM) at random and restarted;

@@ -13,7 +13,7 @@ import (
 // a lower p99 (`--engine-nice 10` against 0), the engine working through
 // the queue in the gaps at its old pace. But the engine's threads then
 // share the cores with the API's at the OS's discretion, and a parallel
-// loop whose helper the OS has set aside waits for it: bench/samplebench
+// loop whose helper the OS has set aside waits for it: `wts bench sample`
 // decodes markedly fewer tokens a second. So it suits a node that mostly
 // trains (bench/README.md has the figures).
 const defaultEngineNice = 0

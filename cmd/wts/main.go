@@ -45,6 +45,7 @@ var commands = []command{
 	{"voters", "...", "a cluster's store voters", votersCmd},
 	{"model", "init|info ...", "generate a model folder, or describe one", modelCmd},
 	{"sample", "--model DIR --prompt 1,2,3 ...", "sample a model folder locally, without a service", sampleCmd},
+	{"bench", "sample ...", "benchmarks users run against a service or a node of their own", benchCmd},
 	{"openapi", "", "print the API's OpenAPI document", func([]string) error {
 		_, err := os.Stdout.Write(append(httpapi.OpenAPI(), '\n'))
 		return err

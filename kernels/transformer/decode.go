@@ -356,7 +356,7 @@ var minShared = 256
 // at most maxShare to a group, so that attention reads the prefix's keys
 // and values once for the group, as one product of all its query rows
 // instead of a two-row product per sample, which makes a step of many
-// samples of one long prompt markedly shorter (bench/samplebench's long
+// samples of one long prompt markedly shorter (`wts bench sample`'s long
 // prompts show it). Other rows are groups of one.
 func shareGroups[F gemm.Float](caches []*Cache[F]) [][]int {
 	type key struct {
