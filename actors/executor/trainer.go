@@ -230,6 +230,9 @@ func (e *Trainer) Receive(ctx actor.Context) {
 	case MsgJob:
 		var j *Job
 		if j, err = grain.Decode[Job](in); err == nil {
+			if j.Parsed == nil { // it crossed the wire: parsed here, off the worker (sharedPass reads its size)
+				j.Parsed, _ = Parse(j.Kind, j.Payload) // an error is the operation's, reported when it begins
+			}
 			e.submit(j)
 		}
 	case MsgCancel:
@@ -689,7 +692,7 @@ func batchTokens(c *task) int {
 	}
 	b, ok := c.j.Parsed.(*payload.Batch)
 	if !ok {
-		return math.MaxInt // parsed when it begins
+		return math.MaxInt // its payload did not parse: it fails alone when it begins
 	}
 	n := 0
 	for _, d := range b.Data {
