@@ -43,7 +43,7 @@ var commands = []command{
 	{"orgs", "credit|set|show ...", "an organization's ledger: grant credit, set its default ceiling and byok key", orgsCmd},
 	{"node", "[--data DIR]", "a running node's devices and capacity", nodeCmd},
 	{"voters", "...", "a cluster's store voters", votersCmd},
-	{"model", "init|info ...", "generate a model folder, or describe one", modelCmd},
+	{"model", "init|info|export ...", "generate a model folder, or describe one", modelCmd},
 	{"sample", "--model DIR --prompt 1,2,3 ...", "sample a model folder locally, without a service", sampleCmd},
 	{"bench", "sample ...", "benchmarks users run against a service or a node of their own", benchCmd},
 	{"openapi", "", "print the API's OpenAPI document", func([]string) error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/wts-project/wts/kernels/gguf"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/safetensors"
 	"github.com/wts-project/wts/providers"
@@ -15,6 +16,7 @@ func modelCmd(args []string) error {
 	return sub("model", args, []command{
 		{"init", "--preset NAME --seed S --out DIR [--dtype F32|BF16|F16]", "generate a model folder (HF layout) with deterministic weights", modelInit},
 		{"info", "DIR", "a model folder's shape, parameters and revision", modelInfo},
+		{"export", "--format gguf [--dtype F32|F16] --out FILE DIR", "write a model folder as a GGUF file for llama.cpp (the benchmarks' peer)", modelExport},
 	})
 }
 
@@ -65,5 +67,28 @@ func modelInfo(args []string) error {
 	}
 	fmt.Printf("%s: %d layers, hidden %d, heads %d/%d x %d, mlp %d, vocab %d, context %d, %d parameters; revision %s\n",
 		c.ModelType, c.Layers, c.Hidden, c.Heads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.MaxPos, c.ParamCount(), rev)
+	return nil
+}
+
+func modelExport(args []string) error {
+	fs := flag.NewFlagSet("model export", flag.ContinueOnError)
+	format := fs.String("format", "gguf", "the file format: gguf")
+	dtype := fs.String("dtype", "F32", "the matrices' element type: F32 or F16 (norms stay F32)")
+	out := fs.String("out", "", "the file to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *out == "" || *format != "gguf" {
+		return fmt.Errorf("model export: want --format gguf --out FILE DIR")
+	}
+	types := map[string]uint32{"F32": gguf.F32, "F16": gguf.F16}
+	dt, ok := types[strings.ToUpper(*dtype)]
+	if !ok {
+		return fmt.Errorf("model export: --dtype %q: F32 or F16", *dtype)
+	}
+	if err := gguf.Export(fs.Arg(0), dt, *out); err != nil {
+		return fmt.Errorf("model export: %w", err)
+	}
+	fmt.Printf("wrote %s\n", *out)
 	return nil
 }

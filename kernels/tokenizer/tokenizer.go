@@ -378,6 +378,27 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 
 func (t *Tokenizer) isSpecial(id int) bool { return t.isSpec[id] }
 
+// Tokens is every id's token ("" for an id no token has), in the
+// byte-level alphabet tokenizer.json writes; specials are flagged by
+// Special. Exporters (GGUF) carry the vocabulary over with them.
+func (t *Tokenizer) Tokens() []string { return slices.Clone(t.tokens) }
+
+// Pattern is how text is split before the merges: one of Patterns.
+func (t *Tokenizer) Pattern() *Pattern { return t.pattern }
+
+// Special reports whether id is an added special token.
+func (t *Tokenizer) Special(id int) bool { return t.isSpec[id] }
+
+// Merges is the merges in rank order.
+func (t *Tokenizer) Merges() [][2]string {
+	out := make([][2]string, 0, len(t.ranks))
+	for pair := range t.ranks {
+		out = append(out, pair)
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return t.ranks[a] - t.ranks[b] })
+	return out
+}
+
 // byteRune maps each byte to the printable character GPT-2's byte-level
 // scheme writes it as (printable Latin-1 bytes as themselves, the others
 // from U+0100 on, in order); runeByte is its inverse.
