@@ -19,11 +19,21 @@ echo "== causal attention (small's heads) and SwiGLU, ns per call"
 go test ./kernels/ops/ -run XXX -bench 'Attention|SwiGLU' -benchtime 1s | awk '/ns\/op/ {print $1, $3}'
 go build -o bin/wts ./cmd/wts
 go build -o bin/enginebench ./bench/enginebench
+# The llama.cpp peer: node-llama-cpp's prebuilt CPU build, pinned in
+# bench/llamacpp/package-lock.json (npm install: some of its optional
+# per-platform packages are not published, which npm ci refuses).
+PEER=()
+if command -v npm >/dev/null; then
+  (cd bench/llamacpp && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --no-audit --no-fund --loglevel=error >/dev/null)
+  PEER=(--llamacpp bench/llamacpp)
+else
+  echo "(node and npm not installed: no llama.cpp side)"
+fi
 for p in $PRESETS; do
   dir=$DATA/bench/$p
   [ -f "$dir/config.json" ] || ./bin/wts model init --preset "$p" --seed 1 --out "$dir" >/dev/null
   echo "== $p"
-  ./bin/enginebench --model "$dir" ${ENGINE_FLAGS:-}
+  ./bin/enginebench --model "$dir" "${PEER[@]}" ${ENGINE_FLAGS:-}
   if [ -n "$PY" ]; then
     "$PY" bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-}
   else

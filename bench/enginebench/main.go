@@ -1,9 +1,11 @@
 // Command enginebench measures the compute engine on a generated model:
 // LoRA forward_backward tokens/s, single-stream decode tokens/s against the
-// memory-bandwidth bound, and batched decode throughput. bench/run_engine.sh
-// runs it beside the PyTorch peer (bench/torch_train.py) on the same model.
+// memory-bandwidth bound, and batched decode throughput; with --llamacpp,
+// llama.cpp decoding the same weights in the same run, and the ratios.
+// bench/run_engine.sh runs it beside the PyTorch peer (bench/torch_train.py)
+// on the same model.
 //
-//	go run ./bench/enginebench --model DIR [--batch 4 --seq 128 --rank 16 --iters 5]
+//	go run ./bench/enginebench --model DIR [--batch 4 --seq 128 --rank 16 --iters 5] [--llamacpp bench/llamacpp]
 package main
 
 import (
@@ -12,11 +14,16 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/wts-project/wts/kernels/gguf"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/loss"
 	"github.com/wts-project/wts/kernels/model"
@@ -39,6 +46,52 @@ type report struct {
 	BandwidthGBps  float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
 	DecodeOfBound  float64 `json:"decode_fraction_of_bound,omitempty"`
 	Batch16Speedup float64 `json:"decode_batch16_speedup,omitempty"`
+	// LlamaCpp is the llama.cpp peer on the same weights (--llamacpp), by
+	// the GGUF's element type, and Ratios wts's decode figures over its.
+	LlamaCpp map[string]*peer   `json:"llamacpp,omitempty"`
+	Ratios   map[string]float64 `json:"ratios,omitempty"`
+}
+
+// peer is what bench/llamacpp/decode.mjs prints.
+type peer struct {
+	Engine         string  `json:"engine"`
+	SystemInfo     string  `json:"system_info"`
+	DecodeTokPerS  float64 `json:"decode_tokens_per_s"`
+	Threads        int     `json:"threads"`
+	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s"`
+	Batch16Threads int     `json:"batch16_threads"`
+}
+
+// llamaCpp runs the llama.cpp peer (the folder of bench/llamacpp, its
+// node_modules installed) on the model folder dir exported as GGUF with
+// each element type, and sets the report's ratios against the F32 figures.
+func llamaCpp(rep *report, peerDir, dir string, prompt, decode, rounds int) {
+	rep.LlamaCpp, rep.Ratios = map[string]*peer{}, map[string]float64{}
+	tmp, err := os.MkdirTemp("", "enginebench-gguf-")
+	check(err)
+	defer os.RemoveAll(tmp)
+	for name, dt := range map[string]uint32{"f32": gguf.F32, "f16": gguf.F16} {
+		file := filepath.Join(tmp, name+".gguf")
+		check(gguf.Export(dir, dt, file))
+		cmd := exec.Command("node", filepath.Join(peerDir, "decode.mjs"), "--model", file,
+			"--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		check(err)
+		var p peer
+		check(json.Unmarshal(out, &p))
+		if p.DecodeTokPerS <= 0 || p.Batch16TokPerS <= 0 {
+			check(fmt.Errorf("the llama.cpp peer measured nothing: %s", out))
+		}
+		if runtime.GOARCH == "amd64" && !strings.Contains(p.SystemInfo, "AVX2 = 1") {
+			check(fmt.Errorf("the llama.cpp peer runs without AVX2 (%s): no ratio against a crippled peer", p.SystemInfo))
+		}
+		rep.LlamaCpp[name] = &p
+		rep.Ratios["decode_vs_llamacpp_"+name] = rep.DecodeTokPerS / p.DecodeTokPerS
+		if rep.Batch16TokPerS > 0 {
+			rep.Ratios["batch16_vs_llamacpp_"+name] = rep.Batch16TokPerS / p.Batch16TokPerS
+		}
+	}
 }
 
 func main() {
@@ -53,6 +106,7 @@ func main() {
 	batched := flag.Bool("batched", true, "also run the 16-sequence decode")
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
+	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF, F32 and F16) and report the ratios")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -140,6 +194,9 @@ func main() {
 		if *batched {
 			rep.Batch16TokPerS, rep.Batch16Speedup = mid(batch16), mid(speedup)
 		}
+	}
+	if *peerDir != "" && *decode > 0 {
+		llamaCpp(&rep, *peerDir, *dir, *promptLen, *decode, *rounds)
 	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
