@@ -87,9 +87,9 @@ bench-sample:
 	bin/wts bench sample --loop open --adapters 8 --levels 0.5,1,2 --prompt 8-64 --output 16-48 --out build/bench/sample-open
 	bin/wts bench sample --levels 1,8,64 --output 16 --out build/bench/sample-adapters
 
-# Every benchmark that reports figures, one after another: the sampling
-# benchmark, then the API's (bench/apibench).
-bench: bench-sample bench-api
+# Every benchmark that reports figures, one after another, each beside its
+# peers: the engine's, the sampling benchmark, then the API's.
+bench: bench-engine bench-sample bench-api
 
 # Soak: 10 minutes of mixed load from three organizations against a node
 # that is killed (kill -9) or stopped (SIGTERM) at random and restarted;
@@ -107,7 +107,8 @@ chaos: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/soak --wts bin/wts --nodes 3 --joins 2 --duration 5m --min-gap 5s --max-gap 15s --preset tiny --data ./build/chaos
 
-# Engine benchmarks: GEMM beside its peer shapes, then training and decode
-# throughput on the small model and on the Qwen3-0.6B shape.
+# Engine benchmarks: GEMM beside OpenBLAS, then training (beside PyTorch)
+# and decode (beside llama.cpp on the same weights) on the small model and
+# on the Qwen3-0.6B shape.
 bench-engine:
 	bash bench/run_engine.sh

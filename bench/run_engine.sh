@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Engine benchmark, side by side with PyTorch on the same machine in the same
-# run (these machines are shared and noisy: compare ratios, not absolutes).
+# Engine benchmark, side by side with PyTorch (training, GEMM) and llama.cpp
+# (decode) on the same machine in the same run (these machines are shared and
+# noisy: compare ratios, not absolutes).
 # Generates the models it needs under ${DATA:-./data}/bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
