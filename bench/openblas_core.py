@@ -6,7 +6,9 @@ Emerald Rapids that was ~63 GFLOP/s for fp32 GEMM, against ~250–300 with its
 SkylakeX (AVX-512) kernels, which is no peer at all. Import this before
 torch: where the caller has not set OPENBLAS_CORETYPE, it asks the library
 which kernels it chose, and if they are that fallback on a CPU with AVX-512
-or AVX2, re-runs the script with the matching family named.
+or AVX2, re-runs the script with the matching family named. Where torch's
+BLAS is not OpenBLAS at all, it ends the script: no peer figure is better
+than a crippled one.
 """
 import ctypes
 import ctypes.util
@@ -45,3 +47,9 @@ if "OPENBLAS_CORETYPE" not in os.environ and sys.platform == "linux" and _corena
         print(f"openblas_core: OpenBLAS fell back to Prescott's kernels; re-running with OPENBLAS_CORETYPE={family}", file=sys.stderr)
         os.environ["OPENBLAS_CORETYPE"] = family
         os.execv(sys.executable, [sys.executable] + sys.argv)
+
+if sys.platform == "linux" and not _corename():
+    # Debian's torch without libopenblas0-pthread runs the reference BLAS at a
+    # few GFLOP/s: a figure against it would say nothing about wts.
+    sys.exit("openblas_core: torch's BLAS is not OpenBLAS (apt-get install libopenblas0-pthread); "
+             "no figure against a crippled peer")

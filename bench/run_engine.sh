@@ -15,7 +15,7 @@ for p in python3 /usr/bin/python3; do
 done
 echo "== fp32 GEMM, GFLOP/s (wts, then OpenBLAS)"
 go test ./kernels/gemm/ -run XXX -bench 'Sgemm/' -benchtime 1s | awk '/GFLOP/ {print $1, $(NF-1)}'
-if [ -n "$PY" ]; then "$PY" bench/blas_gemm.py; fi
+if [ -n "$PY" ]; then "$PY" bench/blas_gemm.py || echo "(no OpenBLAS figure)"; fi
 echo "== causal attention (small's heads) and SwiGLU, ns per call"
 go test ./kernels/ops/ -run XXX -bench 'Attention|SwiGLU' -benchtime 1s | awk '/ns\/op/ {print $1, $3}'
 go build -o bin/wts ./cmd/wts
@@ -36,7 +36,7 @@ for p in $PRESETS; do
   echo "== $p"
   ./bin/enginebench --model "$dir" "${PEER[@]}" ${ENGINE_FLAGS:-}
   if [ -n "$PY" ]; then
-    "$PY" bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-}
+    "$PY" bench/torch_train.py --model "$dir" ${TORCH_FLAGS:-} || echo "(no PyTorch figure)"
   else
     echo "(python3-torch not installed: apt-get install python3-torch for the PyTorch side)"
   fi

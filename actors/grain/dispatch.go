@@ -9,7 +9,7 @@ import (
 // workerPool is the dispatcher this node's actors run their mailboxes on.
 // protoactor's default starts a goroutine for every run of a mailbox, so
 // each batch of a grain's messages began on a fresh stack and grew it
-// (copying stacks showed in the API benchmark's profiles: bench/README.md).
+// (copying stacks showed in bench/apibench's CPU profiles; commit c4135ba has them).
 // A worker here keeps its grown stack for the next mailbox. One starts whenever none is idle, so a
 // mailbox waiting on another actor never holds up a second one; one that
 // stays idle for the pool's idle time ends.

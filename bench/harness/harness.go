@@ -141,7 +141,7 @@ type Level struct {
 	Seconds      float64   `json:"seconds"`
 	RequestsPerS float64   `json:"requests_per_s"`
 	TokensPerS   float64   `json:"tokens_per_s"`  // output tokens
-	GoodputPerS  float64   `json:"goodput_per_s"` // requests meeting the SLO
+	GoodputPerS  float64   `json:"goodput_per_s"` // requests meeting the SLO, probes aside
 	TTFT         Quantiles `json:"ttft"`
 	ITL          Quantiles `json:"itl"`
 	E2E          Quantiles `json:"e2e"`

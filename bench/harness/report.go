@@ -118,7 +118,7 @@ func (r *Report) levelName(l Level) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Sampling: %s, %s loop\n\n", r.Model, r.Loop)
-	fmt.Fprintf(&b, "Prompt %s tokens, output %s tokens (greedy), LoRA rank %d; one request in %d is a one-token probe (time to first token). Goodput: requests that ended within TTFT %v + (tokens−1)·ITL %v.\n\n",
+	fmt.Fprintf(&b, "Prompt %s tokens, output %s tokens (greedy), LoRA rank %d; one request in %d is a one-token probe (time to first token). Goodput: requests (probes aside) that ended within TTFT %v + (tokens−1)·ITL %v.\n\n",
 		r.Prompt, r.Output, r.Rank, ProbeEvery, r.SLO.TTFT, r.SLO.ITL)
 	fmt.Fprintf(&b, "Machine: %s. Commit: %s. Started: %s.\n\n", r.Machine, r.Commit, r.Started)
 	if r.Command != "" {

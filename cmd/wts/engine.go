@@ -15,7 +15,7 @@ import (
 // share the cores with the API's at the OS's discretion, and a parallel
 // loop whose helper the OS has set aside waits for it: `wts bench sample`
 // decodes markedly fewer tokens a second. So it suits a node that mostly
-// trains (bench/README.md has the figures).
+// trains (commit c4135ba has the figures).
 const defaultEngineNice = 0
 
 // configureEngine gives the engine its cores, fixed at start: Go's
