@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Engine benchmark, side by side with PyTorch (training, GEMM) and llama.cpp
-# (decode) on the same machine in the same run (these machines are shared and
+# Engine benchmark, side by side with PyTorch (training, decode, GEMM) and
+# llama.cpp (decode) on the same machine in the same run (these machines are shared and
 # noisy: compare ratios, not absolutes).
 # Generates the models it needs under ${DATA:-./data}/bench.
 set -euo pipefail
@@ -30,6 +30,7 @@ if command -v npm >/dev/null; then
 else
   echo "(node and npm not installed: no llama.cpp side)"
 fi
+if [ -n "$PY" ]; then PEER+=(--torch "$PY"); fi
 for p in $PRESETS; do
   dir=$DATA/bench/$p
   [ -f "$dir/config.json" ] || ./bin/wts model init --preset "$p" --seed 1 --out "$dir" >/dev/null

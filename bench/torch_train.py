@@ -26,7 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gen_golden as ref  # noqa: E402
 
 
-def load_model(d, rank):
+def load_weights(d):
+    """The model folder's weights by HF name (an untied head dropped) and its
+    config, head_dim filled in."""
     cfg = json.load(open(os.path.join(d, "config.json")))
     if os.path.exists(os.path.join(d, "model.safetensors")):
         w = ref.read_safetensors(os.path.join(d, "model.safetensors"))
@@ -38,6 +40,11 @@ def load_model(d, rank):
     if cfg.get("tie_word_embeddings"):
         w.pop("lm_head.weight", None)
     cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    return w, cfg
+
+
+def load_model(d, rank):
+    w, cfg = load_weights(d)
     D, Q = cfg["hidden_size"], cfg["num_attention_heads"] * cfg["head_dim"]
     KV, I = cfg["num_key_value_heads"] * cfg["head_dim"], cfg["intermediate_size"]
     dims = {"q_proj": (Q, D), "k_proj": (KV, D), "v_proj": (KV, D), "o_proj": (D, Q), "gate_proj": (I, D), "up_proj": (I, D), "down_proj": (D, I)}

@@ -47,50 +47,92 @@ type report struct {
 	DecodeOfBound  float64 `json:"decode_fraction_of_bound,omitempty"`
 	Batch16Speedup float64 `json:"decode_batch16_speedup,omitempty"`
 	// LlamaCpp is the llama.cpp peer on the same weights (--llamacpp), by
-	// the GGUF's element type, and Ratios wts's decode figures over its.
+	// the GGUF's element type; PyTorch the PyTorch peer (--torch); Ratios
+	// wts's decode figures over theirs.
 	LlamaCpp map[string]*peer   `json:"llamacpp,omitempty"`
+	PyTorch  *peer              `json:"pytorch_decode,omitempty"`
 	Ratios   map[string]float64 `json:"ratios,omitempty"`
 }
 
-// peer is what bench/llamacpp/decode.mjs prints.
+// peer is what a decode peer prints: bench/llamacpp/decode.mjs or
+// bench/torch_decode.py.
 type peer struct {
 	Engine         string  `json:"engine"`
-	SystemInfo     string  `json:"system_info"`
+	SystemInfo     string  `json:"system_info,omitempty"`
 	DecodeTokPerS  float64 `json:"decode_tokens_per_s"`
 	Threads        int     `json:"threads"`
 	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s"`
 	Batch16Threads int     `json:"batch16_threads"`
+	Greedy         []int   `json:"greedy_tokens,omitempty"`
+	// GreedyAgree is how many of Greedy's first tokens wts's greedy
+	// decoding of the same prompt gives too: the peer runs the same model.
+	GreedyAgree int `json:"greedy_tokens_agree,omitempty"`
+}
+
+// runPeer runs a decode peer's command and reads what it prints; a peer
+// that measured nothing ends the benchmark.
+func runPeer(name string, arg ...string) *peer {
+	cmd := exec.Command(name, arg...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	check(err)
+	var p peer
+	check(json.Unmarshal(out, &p))
+	if p.DecodeTokPerS <= 0 || p.Batch16TokPerS <= 0 {
+		check(fmt.Errorf("the peer measured nothing: %s", out))
+	}
+	return &p
+}
+
+// setRatios records wts's decode figures over a peer's under key.
+func setRatios(rep *report, key string, p *peer) {
+	rep.Ratios["decode_vs_"+key] = rep.DecodeTokPerS / p.DecodeTokPerS
+	if rep.Batch16TokPerS > 0 {
+		rep.Ratios["batch16_vs_"+key] = rep.Batch16TokPerS / p.Batch16TokPerS
+	}
+}
+
+// torchPeer runs bench/torch_decode.py with the interpreter py (Debian's
+// python3-torch) on the model folder dir, and checks its greedy tokens
+// against wts's on the same prompt.
+func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, prompt, decode, rounds int) {
+	p := runPeer(py, "bench/torch_decode.py", "--model", dir, "--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
+	ids := make([]int, prompt)
+	for i := range ids {
+		ids[i] = 3 + i*7%50 // the peer's prompt
+	}
+	st, err := sampler.Start(m, nil, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: len(p.Greedy), Temperature: 0, TopP: 1, TopK: -1}})
+	check(err)
+	ar := transformer.NewArena[float32]()
+	for !st.Done() {
+		check(sampler.Step([]*sampler.Stream{st}, ar))
+	}
+	mine := st.Result().Sequences[0].Tokens
+	for p.GreedyAgree < min(len(mine), len(p.Greedy)) && mine[p.GreedyAgree] == p.Greedy[p.GreedyAgree] {
+		p.GreedyAgree++
+	}
+	rep.PyTorch = p
+	setRatios(rep, "pytorch", p)
 }
 
 // llamaCpp runs the llama.cpp peer (the folder of bench/llamacpp, its
 // node_modules installed) on the model folder dir exported as GGUF with
 // each element type, and sets the report's ratios against the F32 figures.
 func llamaCpp(rep *report, peerDir, dir string, prompt, decode, rounds int) {
-	rep.LlamaCpp, rep.Ratios = map[string]*peer{}, map[string]float64{}
+	rep.LlamaCpp = map[string]*peer{}
 	tmp, err := os.MkdirTemp("", "enginebench-gguf-")
 	check(err)
 	defer os.RemoveAll(tmp)
 	for name, dt := range map[string]uint32{"f32": gguf.F32, "f16": gguf.F16} {
 		file := filepath.Join(tmp, name+".gguf")
 		check(gguf.Export(dir, dt, file))
-		cmd := exec.Command("node", filepath.Join(peerDir, "decode.mjs"), "--model", file,
+		p := runPeer("node", filepath.Join(peerDir, "decode.mjs"), "--model", file,
 			"--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		check(err)
-		var p peer
-		check(json.Unmarshal(out, &p))
-		if p.DecodeTokPerS <= 0 || p.Batch16TokPerS <= 0 {
-			check(fmt.Errorf("the llama.cpp peer measured nothing: %s", out))
-		}
 		if runtime.GOARCH == "amd64" && !strings.Contains(p.SystemInfo, "AVX2 = 1") {
 			check(fmt.Errorf("the llama.cpp peer runs without AVX2 (%s): no ratio against a crippled peer", p.SystemInfo))
 		}
-		rep.LlamaCpp[name] = &p
-		rep.Ratios["decode_vs_llamacpp_"+name] = rep.DecodeTokPerS / p.DecodeTokPerS
-		if rep.Batch16TokPerS > 0 {
-			rep.Ratios["batch16_vs_llamacpp_"+name] = rep.Batch16TokPerS / p.Batch16TokPerS
-		}
+		rep.LlamaCpp[name] = p
+		setRatios(rep, "llamacpp_"+name, p)
 	}
 }
 
@@ -107,6 +149,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
 	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF, F32 and F16) and report the ratios")
+	torchPy := flag.String("torch", "", "a python3 with torch: also decode the same weights with PyTorch (bench/torch_decode.py, run from the repository's root) and report the ratios")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -195,8 +238,12 @@ func main() {
 			rep.Batch16TokPerS, rep.Batch16Speedup = mid(batch16), mid(speedup)
 		}
 	}
+	rep.Ratios = map[string]float64{}
 	if *peerDir != "" && *decode > 0 {
 		llamaCpp(&rep, *peerDir, *dir, *promptLen, *decode, *rounds)
+	}
+	if *torchPy != "" && *decode > 0 {
+		torchPeer(&rep, m, *torchPy, *dir, *promptLen, *decode, *rounds)
 	}
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
