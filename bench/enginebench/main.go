@@ -92,14 +92,15 @@ func setRatios(rep *report, key string, p *peer) {
 	}
 }
 
-// torchPeer runs bench/torch_decode.py with the interpreter py (Debian's
-// python3-torch) on the model folder dir, and checks its greedy tokens
-// against wts's on the same prompt.
-func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, prompt, decode, rounds int) {
-	p := runPeer(py, "bench/torch_decode.py", "--model", dir, "--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
+// agree counts how many of the peer's first greedy tokens wts's greedy
+// decoding of the peers' prompt (3 + 7i mod 50) gives too.
+func agree(m *transformer.Model[float32], p *peer, prompt int) {
+	if len(p.Greedy) == 0 {
+		return
+	}
 	ids := make([]int, prompt)
 	for i := range ids {
-		ids[i] = 3 + i*7%50 // the peer's prompt
+		ids[i] = 3 + i*7%50
 	}
 	st, err := sampler.Start(m, nil, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: len(p.Greedy), Temperature: 0, TopP: 1, TopK: -1}})
 	check(err)
@@ -111,14 +112,23 @@ func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, promp
 	for p.GreedyAgree < min(len(mine), len(p.Greedy)) && mine[p.GreedyAgree] == p.Greedy[p.GreedyAgree] {
 		p.GreedyAgree++
 	}
+}
+
+// torchPeer runs bench/torch_decode.py with the interpreter py (Debian's
+// python3-torch) on the model folder dir, and checks its greedy tokens
+// against wts's.
+func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, prompt, decode, rounds int) {
+	p := runPeer(py, "bench/torch_decode.py", "--model", dir, "--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
+	agree(m, p, prompt)
 	rep.PyTorch = p
 	setRatios(rep, "pytorch", p)
 }
 
 // llamaCpp runs the llama.cpp peer (the folder of bench/llamacpp, its
 // node_modules installed) on the model folder dir exported as GGUF with
-// each element type, and sets the report's ratios against the F32 figures.
-func llamaCpp(rep *report, peerDir, dir string, prompt, decode, rounds int) {
+// each element type, checks its greedy tokens against wts's (on m), and
+// sets the report's ratios against each.
+func llamaCpp(rep *report, m *transformer.Model[float32], peerDir, dir string, prompt, decode, rounds int) {
 	rep.LlamaCpp = map[string]*peer{}
 	tmp, err := os.MkdirTemp("", "enginebench-gguf-")
 	check(err)
@@ -131,6 +141,7 @@ func llamaCpp(rep *report, peerDir, dir string, prompt, decode, rounds int) {
 		if runtime.GOARCH == "amd64" && !strings.Contains(p.SystemInfo, "AVX2 = 1") {
 			check(fmt.Errorf("the llama.cpp peer runs without AVX2 (%s): no ratio against a crippled peer", p.SystemInfo))
 		}
+		agree(m, p, prompt)
 		rep.LlamaCpp[name] = p
 		setRatios(rep, "llamacpp_"+name, p)
 	}
@@ -240,7 +251,7 @@ func main() {
 	}
 	rep.Ratios = map[string]float64{}
 	if *peerDir != "" && *decode > 0 {
-		llamaCpp(&rep, *peerDir, *dir, *promptLen, *decode, *rounds)
+		llamaCpp(&rep, m, *peerDir, *dir, *promptLen, *decode, *rounds)
 	}
 	if *torchPy != "" && *decode > 0 {
 		torchPeer(&rep, m, *torchPy, *dir, *promptLen, *decode, *rounds)

@@ -6,7 +6,8 @@
 // decode-1 timed tokens. It prints, as JSON, the decode tokens/s of one
 // stream and of 16 streams (16 sequences of one context, which llama.cpp
 // batches into one pass a step), each the median of its rounds at the
-// faster of 1 and all threads (the peer at its best).
+// faster of 1 and all threads (the peer at its best), and its first greedy
+// tokens.
 //
 //	node decode.mjs --model FILE [--prompt 16] [--decode 64] [--rounds 3]
 import {readFileSync} from "node:fs";
@@ -55,6 +56,17 @@ for (const streams of [1, 16]) {
 	}
 	out[streams === 1 ? "decode_tokens_per_s" : "decode_batch16_tokens_per_s"] = best.tps;
 	out[streams === 1 ? "threads" : "batch16_threads"] = best.threads;
+}
+// greedy_tokens: stream 0's first tokens, which enginebench compares with
+// wts's own greedy decoding of the same prompt.
+{
+	const context = await model.createContext({contextSize: promptLen + 32, threads: 1});
+	out.greedy_tokens = [];
+	for await (const tok of context.getSequence().evaluate(prompt, {temperature: 0})) {
+		out.greedy_tokens.push(tok);
+		if (out.greedy_tokens.length >= Math.min(decode, 16)) break;
+	}
+	await context.dispose();
 }
 console.log(JSON.stringify(out, null, 2));
 await model.dispose();
