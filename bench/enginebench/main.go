@@ -133,7 +133,7 @@ func llamaCpp(rep *report, m *transformer.Model[float32], peerDir, dir string, p
 	tmp, err := os.MkdirTemp("", "enginebench-gguf-")
 	check(err)
 	defer os.RemoveAll(tmp)
-	for name, dt := range map[string]uint32{"f32": gguf.F32, "f16": gguf.F16} {
+	for name, dt := range map[string]uint32{"f32": gguf.F32, "f16": gguf.F16, "bf16": gguf.BF16} {
 		file := filepath.Join(tmp, name+".gguf")
 		check(gguf.Export(dir, dt, file))
 		p := runPeer("node", filepath.Join(peerDir, "decode.mjs"), "--model", file,
@@ -159,7 +159,7 @@ func main() {
 	batched := flag.Bool("batched", true, "also run the 16-sequence decode")
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
-	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF, F32 and F16) and report the ratios")
+	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF: F32, F16 and BF16) and report the ratios")
 	torchPy := flag.String("torch", "", "a python3 with torch: also decode the same weights with PyTorch (bench/torch_decode.py, run from the repository's root) and report the ratios")
 	flag.Parse()
 	if *profile != "" {

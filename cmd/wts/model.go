@@ -16,7 +16,7 @@ func modelCmd(args []string) error {
 	return sub("model", args, []command{
 		{"init", "--preset NAME --seed S --out DIR [--dtype F32|BF16|F16]", "generate a model folder (HF layout) with deterministic weights", modelInit},
 		{"info", "DIR", "a model folder's shape, parameters and revision", modelInfo},
-		{"export", "--format gguf [--dtype F32|F16] --out FILE DIR", "write a model folder as a GGUF file for llama.cpp (the benchmarks' peer)", modelExport},
+		{"export", "--format gguf [--dtype F32|F16|BF16] --out FILE DIR", "write a model folder as a GGUF file for llama.cpp (the benchmarks' peer)", modelExport},
 	})
 }
 
@@ -73,7 +73,7 @@ func modelInfo(args []string) error {
 func modelExport(args []string) error {
 	fs := flag.NewFlagSet("model export", flag.ContinueOnError)
 	format := fs.String("format", "gguf", "the file format: gguf")
-	dtype := fs.String("dtype", "F32", "the matrices' element type: F32 or F16 (norms stay F32)")
+	dtype := fs.String("dtype", "F32", "the matrices' element type: F32, F16 or BF16 (norms stay F32)")
 	out := fs.String("out", "", "the file to write")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,10 +81,10 @@ func modelExport(args []string) error {
 	if fs.NArg() != 1 || *out == "" || *format != "gguf" {
 		return fmt.Errorf("model export: want --format gguf --out FILE DIR")
 	}
-	types := map[string]uint32{"F32": gguf.F32, "F16": gguf.F16}
+	types := map[string]uint32{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16}
 	dt, ok := types[strings.ToUpper(*dtype)]
 	if !ok {
-		return fmt.Errorf("model export: --dtype %q: F32 or F16", *dtype)
+		return fmt.Errorf("model export: --dtype %q: F32, F16 or BF16", *dtype)
 	}
 	if err := gguf.Export(fs.Arg(0), dt, *out); err != nil {
 		return fmt.Errorf("model export: %w", err)

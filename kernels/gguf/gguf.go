@@ -32,8 +32,9 @@ const alignment = 32
 
 // Tensor element types.
 const (
-	F32 = 0
-	F16 = 1
+	F32  = 0
+	F16  = 1
+	BF16 = 30
 )
 
 // metadata value types.
@@ -63,11 +64,11 @@ type tensor struct {
 // ErrUnsupported is a model the export cannot carry over faithfully.
 var ErrUnsupported = errors.New("gguf: unsupported")
 
-// Export writes the model folder dir to out as GGUF, its tensors as
-// dtype (F32 or F16).
+// Export writes the model folder dir to out as GGUF, its matrices as
+// dtype (F32, F16 or BF16; norms and biases stay F32).
 func Export(dir string, dtype uint32, out string) error {
-	if dtype != F32 && dtype != F16 {
-		return fmt.Errorf("gguf: element type %d: F32 or F16", dtype)
+	if size(dtype) == 0 {
+		return fmt.Errorf("gguf: element type %d: F32, F16 or BF16", dtype)
 	}
 	w, err := model.Load(dir)
 	if err != nil {
@@ -84,7 +85,7 @@ func Export(dir string, dtype uint32, out string) error {
 	meta := []kv{
 		{"general.architecture", tString, arch},
 		{"general.name", tString, filepath.Base(dir)},
-		{"general.file_type", tUint32, dtype}, // 0 all F32, 1 mostly F16
+		{"general.file_type", tUint32, fileType[dtype]},
 		{"general.alignment", tUint32, uint32(alignment)},
 		{arch + ".context_length", tUint32, uint32(c.MaxPos)},
 		{arch + ".embedding_length", tUint32, uint32(c.Hidden)},
@@ -256,9 +257,12 @@ func writeFile(path string, meta []kv, ts []tensor, dtype uint32) error {
 	e.pad()
 	for i, t := range ts {
 		for _, v := range t.data {
-			if types[i] == F16 {
+			switch types[i] {
+			case F16:
 				e.u16(safetensors.F32ToF16(v))
-			} else {
+			case BF16:
+				e.u16(safetensors.F32ToBF16(v))
+			default:
 				e.u32(math.Float32bits(v))
 			}
 		}
@@ -273,12 +277,20 @@ func writeFile(path string, meta []kv, ts []tensor, dtype uint32) error {
 	return e.err
 }
 
+// size is an element's bytes, 0 for a type the export does not write.
 func size(typ uint32) uint64 {
-	if typ == F16 {
+	switch typ {
+	case F32:
+		return 4
+	case F16, BF16:
 		return 2
 	}
-	return 4
+	return 0
 }
+
+// fileType is general.file_type for the matrices' element type (llama.cpp's
+// LLAMA_FTYPE: all F32, mostly F16, mostly BF16).
+var fileType = map[uint32]uint32{F32: 0, F16: 1, BF16: 32}
 
 func align(n uint64) uint64 { return (n + alignment - 1) / alignment * alignment }
 

@@ -88,7 +88,7 @@ func read(t *testing.T, path string) (map[string]any, map[string]info, []byte) {
 // The file carries the shape, every tensor under llama.cpp's name with its
 // dimensions innermost first, and each tensor's values: a Llama's query
 // and key rows in llama.cpp's pair order, every other tensor as the
-// folder has it; F16 rounds each value to the nearest half.
+// folder has it; F16 and BF16 round each value to the nearest half.
 func TestExport(t *testing.T) {
 	for _, preset := range []string{"tiny", "tiny-qwen3", "small"} {
 		dir := filepath.Join(t.TempDir(), preset)
@@ -100,7 +100,7 @@ func TestExport(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := w.Cfg
-		for _, dt := range []uint32{F32, F16} {
+		for _, dt := range []uint32{F32, F16, BF16} {
 			out := filepath.Join(t.TempDir(), "m.gguf")
 			if err := Export(dir, dt, out); err != nil {
 				t.Fatal(err)
@@ -129,21 +129,28 @@ func TestExport(t *testing.T) {
 				in := ts[name]
 				out := make([]float32, n)
 				for i := range out {
-					if in.typ == F16 {
+					switch in.typ {
+					case F16:
 						out[i] = safetensors.F16ToF32(binary.LittleEndian.Uint16(data[in.off+uint64(2*i):]))
-					} else {
+					case BF16:
+						out[i] = safetensors.BF16ToF32(binary.LittleEndian.Uint16(data[in.off+uint64(2*i):]))
+					default:
 						out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[in.off+uint64(4*i):]))
 					}
 				}
 				return out
 			}
 			rounded := func(v []float32) []float32 {
-				if dt == F32 {
-					return v
-				}
 				out := make([]float32, len(v))
 				for i, x := range v {
-					out[i] = safetensors.F16ToF32(safetensors.F32ToF16(x))
+					switch dt {
+					case F16:
+						out[i] = safetensors.F16ToF32(safetensors.F32ToF16(x))
+					case BF16:
+						out[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(x))
+					default:
+						out[i] = x
+					}
 				}
 				return out
 			}
