@@ -64,19 +64,24 @@ func Commit() string {
 	return rev
 }
 
-// Write writes the report into dir: JSONFile, MDFile and the plots.
-func (r *Report) Write(dir string) error {
+// writeTables writes v as JSONFile and md as MDFile into dir.
+func writeTables(dir string, v any, md string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	raw, err := json.MarshalIndent(r, "", "  ")
+	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, JSONFile), append(raw, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, MDFile), []byte(r.Markdown()), 0o644); err != nil {
+	return os.WriteFile(filepath.Join(dir, MDFile), []byte(md), 0o644)
+}
+
+// Write writes the report into dir: JSONFile, MDFile and the plots.
+func (r *Report) Write(dir string) error {
+	if err := writeTables(dir, r, r.Markdown()); err != nil {
 		return err
 	}
 	for name, c := range map[string]*Chart{CDFFile: r.cdfChart(), ThroughputFile: r.throughputChart(), TailFile: r.tailChart()} {

@@ -76,3 +76,31 @@ func TestBenchSample(t *testing.T) {
 		}
 	}
 }
+
+// The training benchmark's smoke run on a node of its own: the loop
+// through the API and on the engine alone, and the report's files.
+func TestBenchTrain(t *testing.T) {
+	t.Setenv("WTS_MAIN", "1")
+	t.Setenv("WTS_URL", "")
+	out := t.TempDir()
+	cmd := exec.Command(os.Args[0], "bench", "train", "--preset", "tiny", "--batch", "2", "--seq", "16", "--rank", "4", "--steps", "3", "--out", out)
+	stdout, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, harness.JSONFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep harness.TrainReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Model != "tiny" || rep.Steps != 3 || rep.API.TokensPerS <= 0 || rep.API.Step.P50 <= 0 || rep.API.Step.P50 > rep.API.Step.P99 ||
+		rep.Engine == nil || rep.Engine.TokensPerS <= 0 || rep.Overhead <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if md, _ := os.ReadFile(filepath.Join(out, harness.MDFile)); !strings.Contains(string(md), "| the engine alone |") {
+		t.Fatalf("table\n%s", md)
+	}
+}
