@@ -250,6 +250,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 	// With nothing queued or executing, the operation goes to the executor
 	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.Executing == 0 && len(g.Queue) == 0 && kind != payload.Finish && kind != payload.Cancel
+	pooled := g.sharesPasses()
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		now := g.N.Now()
 		if kind != payload.Cancel {
@@ -298,7 +299,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 		if !idle {
 			return nil
 		}
-		next, err = g.advance(tx, r, []int64{op.SeqID})
+		next, err = g.advance(tx, r, []int64{op.SeqID}, pooled)
 		return err
 	})
 	if err != nil {
@@ -435,9 +436,10 @@ func (g *Grain) kick() {
 		return
 	}
 	var next advanced
+	pooled := g.sharesPasses()
 	err := g.N.Store.View(func(tx persistence.Tx) error {
 		op, err := g.Op(tx, g.Queue[0])
-		if j := g.jobFor(g.run, op); err == nil && j != nil {
+		if j := g.jobFor(g.run, op, pooled); err == nil && j != nil {
 			next = advanced{1, j}
 		}
 		return err
@@ -448,7 +450,7 @@ func (g *Grain) kick() {
 	}
 	err = g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		var err error
-		next, err = g.advance(tx, r, g.Queue)
+		next, err = g.advance(tx, r, g.Queue, pooled)
 		return err
 	})
 	if err != nil {
@@ -474,14 +476,14 @@ type advanced struct {
 // finish without a commit of its own. It reads the grain's queue without
 // changing it (the write may still fail); started applies the outcome once
 // the write is durable.
-func (g *Grain) advance(tx persistence.Tx, r *persistence.Run, queue []int64) (advanced, error) {
+func (g *Grain) advance(tx persistence.Tx, r *persistence.Run, queue []int64, pooled bool) (advanced, error) {
 	now := g.N.Now()
 	for i, seq := range queue {
 		op, err := g.Op(tx, seq)
 		if err != nil {
 			return advanced{}, err
 		}
-		if j := g.jobFor(r, op); j != nil {
+		if j := g.jobFor(r, op, pooled); j != nil {
 			return advanced{i + 1, j}, nil
 		}
 		if err := oplog.Settle(op, states.OpSucceeded, "", "", now); err != nil {
@@ -503,18 +505,27 @@ func (g *Grain) advance(tx persistence.Tx, r *persistence.Run, queue []int64) (a
 	return advanced{taken: len(queue)}, nil
 }
 
+// sharesPasses reports whether the run's provider shares passes
+// (providers.SharesPasses): the session's prices, read once an activation,
+// and outside any transaction (a store read inside one could wait on it).
+// Without them the run's passes run alone.
+func (g *Grain) sharesPasses() bool {
+	prices, err := g.Prices(g.run.Tenant, g.run.SessionID)
+	return err == nil && providers.SharesPasses(prices.Provider)
+}
+
 // jobFor is the executor's job for op, nil for a finish or cancel (which
-// the grain completes itself).
-func (g *Grain) jobFor(r *persistence.Run, op *persistence.Operation) *executor.Job {
+// the grain completes itself); pooled is sharesPasses', read before the
+// transaction jobFor runs in.
+func (g *Grain) jobFor(r *persistence.Run, op *persistence.Operation, pooled bool) *executor.Job {
 	if op.Kind == payload.Finish || op.Kind == payload.Cancel {
 		return nil
 	}
-	prices, err := g.Prices(r.Tenant, r.SessionID) // cached; without it the job runs its passes alone
 	return &executor.Job{
 		RunID: r.ID, Tenant: r.Tenant, Epoch: g.Epoch, OpID: op.ID, SeqID: op.SeqID, Kind: op.Kind, Payload: op.Payload, Parsed: g.parsed[op.SeqID],
 		BaseModel: r.BaseModel, LoRA: r.LoRA, StateSeq: r.StateSeq, SnapshotSeq: r.SnapshotSeq,
 		FromCheckpoint: r.CheckpointID != "", SamplerID: protocol.SamplerID(r.ID), WeightVersion: r.LatestWeightVersion, WeightsSeq: r.WeightsSeq,
-		Pooled: err == nil && providers.SharesPasses(prices.Provider),
+		Pooled: pooled,
 	}
 }
 
@@ -633,7 +644,7 @@ func (g *Grain) execDone(_ actor.Context, in grain.In) (any, error) {
 			return nil
 		}
 		var aerr error
-		next, aerr = g.advance(tx, r, g.Queue)
+		next, aerr = g.advance(tx, r, g.Queue, providers.SharesPasses(prices.Provider))
 		return aerr
 	})
 	if err != nil {
