@@ -2,17 +2,17 @@
 """PyTorch peer of the engine's decode benchmark (bench/enginebench --torch):
 greedy decoding with a KV cache on the same model folder, one stream and 16
 streams (a batch of 16 rows, one cache each), through the reference model of
-kernels/golden/gen_golden.py (HF modeling semantics) with no adapter. The
-prompt's prefill and each stream's first token are not timed, so a stream
-makes decode-1 timed tokens. It prints JSON: tokens/s of each, the medians
-of --rounds at the faster of 1 and 2 threads (the peer at its best), and
-the first stream's greedy tokens (enginebench compares them with its own).
+kernels/golden/gen_golden.py (HF modeling semantics, with its cache) and no
+adapter. The prompt's prefill and each stream's first token are not timed,
+so a stream makes decode-1 timed tokens. It prints JSON: tokens/s of each,
+the medians of --rounds at the faster of 1 and 2 threads (the peer at its
+best), and the first stream's greedy tokens (enginebench compares them with
+its own).
 
     python3 bench/torch_decode.py --model DIR [--prompt 16] [--decode 64] [--rounds 3]
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -27,56 +27,15 @@ import gen_golden as ref  # noqa: E402
 from torch_train import load_weights  # noqa: E402
 
 
-def forward_cached(m, toks, cache):
-    """The logits of the last of toks [B, T], after the positions cache
-    holds (a list of per-layer (k, v) [B, past, KV, hd], None when empty),
-    which it extends."""
-    c, w = m.cfg, m.w
-    B, T = toks.shape
-    H, KV, hd, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
-    past = 0 if cache[0] is None else cache[0][0].shape[1]
-    x = w["model.embed_tokens.weight"][toks]
-    freqs = torch.arange(past, past + T).float()[:, None] @ m.inv[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos()[None, :, None, :], emb.sin()[None, :, None, :]
-    mask = torch.full((T, past + T), float("-inf")).triu(past + 1)
-    for l in range(c["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        h = ref.rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = m.lin(h, p + "self_attn.q_proj", "").view(B, T, H, hd)
-        k = m.lin(h, p + "self_attn.k_proj", "").view(B, T, KV, hd)
-        v = m.lin(h, p + "self_attn.v_proj", "").view(B, T, KV, hd)
-        if c["model_type"] == "qwen3":
-            q = ref.rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-            k = ref.rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + ref.rotate_half(q) * sin
-        k = k * cos + ref.rotate_half(k) * sin
-        if cache[l] is not None:
-            k = torch.cat((cache[l][0], k), dim=1)
-            v = torch.cat((cache[l][1], v), dim=1)
-        cache[l] = (k, v)
-        rep = H // KV
-        kr, vr = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
-        scores = torch.einsum("bthd,bshd->bhts", q, kr) / math.sqrt(hd) + mask
-        attn = torch.einsum("bhts,bshd->bthd", torch.softmax(scores, dim=-1), vr).reshape(B, T, H * hd)
-        x = x + m.lin(attn, p + "self_attn.o_proj", "")
-        h = ref.rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        g, u = m.lin(h, p + "mlp.gate_proj", ""), m.lin(h, p + "mlp.up_proj", "")
-        x = x + m.lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", "")
-    h = ref.rms_norm(x[:, -1], w["model.norm.weight"], eps)
-    head = "lm_head" if "lm_head.weight" in w else "model.embed_tokens"
-    return m.lin(h, head, "")
-
-
 def decode(m, prompt, streams, n):
     """Seconds of the timed steps of greedy decoding, and stream 0's tokens."""
     cache = [None] * m.cfg["num_hidden_layers"]
     toks = torch.tensor([prompt] * streams)
-    nxt = forward_cached(m, toks, cache).argmax(-1)  # prefill and the first token
+    nxt = m.forward(toks, cache)[:, -1].argmax(-1)  # prefill and the first token
     out = [int(nxt[0])]
     t0 = time.perf_counter()
     for _ in range(n - 1):
-        nxt = forward_cached(m, nxt[:, None], cache).argmax(-1)
+        nxt = m.forward(nxt[:, None], cache)[:, -1].argmax(-1)
         out.append(int(nxt[0]))
     return time.perf_counter() - t0, out
 

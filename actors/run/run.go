@@ -250,7 +250,7 @@ func (g *Grain) acceptOp(idem []byte, kind, key, hash string, body json.RawMessa
 	// With nothing queued or executing, the operation goes to the executor
 	// as soon as it is durable (it stays pending until its work starts).
 	idle := g.Executing == 0 && len(g.Queue) == 0 && kind != payload.Finish && kind != payload.Cancel
-	pooled := g.sharesPasses()
+	pooled := idle && g.sharesPasses() // a job is made here only when idle
 	err := g.write(func(tx persistence.Tx, r *persistence.Run) error {
 		now := g.N.Now()
 		if kind != payload.Cancel {

@@ -150,17 +150,14 @@ type Level struct {
 
 // Report is a whole benchmark.
 type Report struct {
-	Model    string  `json:"model"`
-	Loop     string  `json:"loop"`
-	Prompt   string  `json:"prompt_tokens"`
-	Output   string  `json:"output_tokens"`
-	Rank     int     `json:"lora_rank"`
-	SLO      SLO     `json:"slo"`
-	Levels   []Level `json:"levels"`
-	Machine  string  `json:"machine"`
-	Commit   string  `json:"commit"`
-	Command  string  `json:"command"`
-	Started  string  `json:"started"`
+	Model  string  `json:"model"`
+	Loop   string  `json:"loop"`
+	Prompt string  `json:"prompt_tokens"`
+	Output string  `json:"output_tokens"`
+	Rank   int     `json:"lora_rank"`
+	SLO    SLO     `json:"slo"`
+	Levels []Level `json:"levels"`
+	Provenance
 	Baseline *Engine `json:"engine_alone,omitempty"`
 }
 
@@ -185,7 +182,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Model: m.Name, Loop: cfg.Loop, Prompt: cfg.Prompt.String(), Output: cfg.Output.String(), Rank: cfg.Rank, SLO: cfg.SLO,
-		Started: time.Now().UTC().Format(time.RFC3339)}
+		Provenance: started()}
 	for i, load := range cfg.Levels {
 		l := &level{cfg: &cfg, vocab: m.VocabSize, ss: ss.clients, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 		if cfg.Adapters == 0 {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 )
 
 // Files a report writes into its folder.
@@ -19,10 +20,28 @@ const (
 	TailFile       = "p99.png"
 )
 
-// Describe fills in where and how the report was made: the machine, the
-// binary's commit and the command.
-func (r *Report) Describe(command string) {
-	r.Machine, r.Commit, r.Command = Machine(), Commit(), command
+// Provenance is where and how a report was made.
+type Provenance struct {
+	Machine string `json:"machine"`
+	Commit  string `json:"commit"`
+	Command string `json:"command"`
+	Started string `json:"started"`
+}
+
+// started is the provenance of a report that starts now.
+func started() Provenance { return Provenance{Started: time.Now().UTC().Format(time.RFC3339)} }
+
+// Describe fills in the machine, the binary's commit and the command.
+func (p *Provenance) Describe(command string) {
+	p.Machine, p.Commit, p.Command = Machine(), Commit(), command
+}
+
+// markdown writes p's lines of a report's Markdown.
+func (p *Provenance) markdown(b *strings.Builder) {
+	fmt.Fprintf(b, "Machine: %s. Commit: %s. Started: %s.\n\n", p.Machine, p.Commit, p.Started)
+	if p.Command != "" {
+		fmt.Fprintf(b, "```\n%s\n```\n\n", p.Command)
+	}
 }
 
 // Machine is the CPU's model name and its logical cores.
@@ -125,10 +144,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# Sampling: %s, %s loop\n\n", r.Model, r.Loop)
 	fmt.Fprintf(&b, "Prompt %s tokens, output %s tokens (greedy), LoRA rank %d; one request in %d is a one-token probe (time to first token). Goodput: requests (probes aside) that ended within TTFT %v + (tokens−1)·ITL %v.\n\n",
 		r.Prompt, r.Output, r.Rank, ProbeEvery, r.SLO.TTFT, r.SLO.ITL)
-	fmt.Fprintf(&b, "Machine: %s. Commit: %s. Started: %s.\n\n", r.Machine, r.Commit, r.Started)
-	if r.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", r.Command)
-	}
+	r.Provenance.markdown(&b)
 	fmt.Fprintf(&b, "| %s | adapters | requests/s | tokens/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | end to end p50 / p90 / p99 ms | goodput requests/s | errors |\n", r.loadName())
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, l := range r.Levels {

@@ -37,18 +37,15 @@ type TrainFigures struct {
 // alone on the same model and batches when the harness has the model's
 // folder.
 type TrainReport struct {
-	Model    string        `json:"model"`
-	Batch    int           `json:"batch"`
-	Seq      int           `json:"seq"`
-	Rank     int           `json:"lora_rank"`
-	Steps    int           `json:"steps"`
-	API      TrainFigures  `json:"api"`
-	Engine   *TrainFigures `json:"engine_alone,omitempty"`
-	Machine  string        `json:"machine"`
-	Commit   string        `json:"commit"`
-	Command  string        `json:"command"`
-	Started  string        `json:"started"`
-	Overhead float64       `json:"api_over_engine,omitempty"` // API tokens/s over the engine's
+	Model  string        `json:"model"`
+	Batch  int           `json:"batch"`
+	Seq    int           `json:"seq"`
+	Rank   int           `json:"lora_rank"`
+	Steps  int           `json:"steps"`
+	API    TrainFigures  `json:"api"`
+	Engine *TrainFigures `json:"engine_alone,omitempty"`
+	Provenance
+	Overhead float64 `json:"api_over_engine,omitempty"` // API tokens/s over the engine's
 }
 
 // batches are the benchmark's token sequences, Seq+1 tokens each (inputs
@@ -130,7 +127,7 @@ func RunTrain(ctx context.Context, c *client.Client, cfg TrainConfig) (*TrainRep
 		}
 	}
 	return &TrainReport{Model: m.Name, Batch: cfg.Batch, Seq: cfg.Seq, Rank: cfg.Rank, Steps: cfg.Steps,
-		API: figures(cfg, steps, total), Started: time.Now().UTC().Format(time.RFC3339)}, nil
+		API: figures(cfg, steps, total), Provenance: started()}, nil
 }
 
 // EngineTrain runs cfg's loop on the engine alone, in process, on the
@@ -179,9 +176,10 @@ func figures(cfg TrainConfig, steps []float64, total time.Duration) TrainFigures
 	return TrainFigures{TokensPerS: float64(cfg.Steps*cfg.Batch*cfg.Seq) / total.Seconds(), Step: quantiles(steps)}
 }
 
-// Describe fills in where and how the report was made.
+// Describe fills in where and how the report was made, and the API's
+// pace over the engine's.
 func (r *TrainReport) Describe(command string) {
-	r.Machine, r.Commit, r.Command = Machine(), Commit(), command
+	r.Provenance.Describe(command)
 	if r.Engine != nil && r.Engine.TokensPerS > 0 {
 		r.Overhead = r.API.TokensPerS / r.Engine.TokensPerS
 	}
@@ -193,10 +191,7 @@ func (r *TrainReport) Markdown() string {
 	fmt.Fprintf(&b, "# Training: %s\n\n", r.Model)
 	fmt.Fprintf(&b, "%d steps (after one warm-up), each a forward_backward of %d sequences of %d tokens (cross-entropy) and an optim_step; LoRA rank %d on attention and MLP.\n\n",
 		r.Steps, r.Batch, r.Seq, r.Rank)
-	fmt.Fprintf(&b, "Machine: %s. Commit: %s. Started: %s.\n\n", r.Machine, r.Commit, r.Started)
-	if r.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", r.Command)
-	}
+	r.Provenance.markdown(&b)
 	b.WriteString("| | tokens/s | step p50 / p90 / p99 ms |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| through the API | %.1f | %s |\n", r.API.TokensPerS, r.API.Step)
 	if e := r.Engine; e != nil {

@@ -114,8 +114,11 @@ class Model:
             y = y + self.scale * (x @ A.T) @ B.T
         return y
 
-    def forward(self, tokens):
-        """tokens: a list of ids [T] or a [B, T] tensor; logits [T, V] or [B, T, V]."""
+    def forward(self, tokens, cache=None):
+        """tokens: a list of ids [T] or a [B, T] tensor; logits [T, V] or [B, T, V].
+        cache: None, or a list with one entry per layer (None while empty)
+        that holds the keys and values [B, past, KV, hd] of the positions
+        before tokens, which the call extends (decoding, bench/torch_decode.py)."""
         c, w = self.cfg, self.w
         toks = torch.as_tensor(tokens)
         single = toks.dim() == 1
@@ -123,12 +126,13 @@ class Model:
             toks = toks[None]
         B, T = toks.shape
         H, KV, hd, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+        past = 0 if cache is None or cache[0] is None else cache[0][0].shape[1]
         x = w["model.embed_tokens.weight"][toks]
-        pos = torch.arange(T).float()
+        pos = torch.arange(past, past + T).float()
         freqs = pos[:, None] @ self.inv[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, :, None, :], emb.sin()[None, :, None, :]
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.full((T, past + T), float("-inf")).triu(past + 1)
         for l in range(c["num_hidden_layers"]):
             p = f"model.layers.{l}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
@@ -140,6 +144,10 @@ class Model:
                 k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
+            if cache is not None:
+                if cache[l] is not None:
+                    k, v = torch.cat((cache[l][0], k), dim=1), torch.cat((cache[l][1], v), dim=1)
+                cache[l] = (k, v)
             rep = H // KV
             k = k.repeat_interleave(rep, dim=2)
             v = v.repeat_interleave(rep, dim=2)
