@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench-train bench run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -73,8 +73,9 @@ proto:
 # and 64 clients against a real `wts serve`, beside a bare fasthttp handler
 # measured in the same run.
 bench-api: build
-	$(GO) build -o bin/wts ./cmd/wts
-	$(GO) run ./bench/apibench --wts bin/wts
+	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+	mkdir -p build/bench
+	GOFLAGS=-buildvcs=true $(GO) run ./bench/apibench --wts bin/wts --json build/bench/api.json
 
 # The sampling benchmark (`wts bench sample`, bench/README.md) on a node of
 # its own serving the small model: a closed loop at 1, 4 and 16 clients, an
@@ -87,9 +88,19 @@ bench-sample:
 	bin/wts bench sample --loop open --adapters 8 --levels 0.5,1,2 --prompt 8-64 --output 16-48 --out build/bench/sample-open
 	bin/wts bench sample --levels 1,8,64 --output 16 --out build/bench/sample-adapters
 
-# Every benchmark that reports figures, one after another, each beside its
-# peers: the engine's, the sampling benchmark, then the API's.
-bench: bench-engine bench-sample bench-api
+# The training loop through the API beside the engine alone (`wts bench
+# train`) on the small model.
+bench-train:
+	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+	bin/wts bench train --out build/bench/train
+
+# Every benchmark that reports figures, from a clean build/bench, one after
+# another, then one table of them all with every peer and the ratios
+# (build/bench/summary.md; bench/README.md holds the latest).
+bench:
+	rm -rf build/bench
+	$(MAKE) bench-engine bench-sample bench-train bench-api
+	bin/wts bench summary --dir build/bench
 
 # Soak: 10 minutes of mixed load from three organizations against a node
 # that is killed (kill -9) or stopped (SIGTERM) at random and restarted;

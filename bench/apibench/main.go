@@ -25,17 +25,20 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/wts-project/wts/bench/harness"
 	"github.com/wts-project/wts/bench/service"
 )
 
@@ -52,6 +55,7 @@ func main() {
 	against := flag.String("against", "", "another wts binary to alternate with, at the last level only")
 	nodes := flag.Int("nodes", 1, "above 1: alternate one node with a cluster of this many on this machine (clients spread over them), at the last level only")
 	pairs := flag.Int("pairs", 4, "with --against or --nodes: runs of each")
+	jsonOut := flag.String("json", "", "also write the levels' figures here as JSON (make bench's summary reads it)")
 	flag.Parse()
 	if *cpuProfile != "" && *debugAddr == "" {
 		log.Fatal("--cpuprofile needs --debug-addr")
@@ -90,6 +94,7 @@ func main() {
 	peer := startPeer()
 	defer peer.Stop()
 
+	rep := harness.APIReport{Tokens: *tokens, Provenance: harness.Begin()}
 	fmt.Printf("durable submissions, %d per level, forward of %d tokens on the tiny model; peer: bare fasthttp 202\n\n", *requests, *tokens)
 	fmt.Printf("%8s | %12s %9s %9s | %12s %9s %9s | %s\n", "clients", "service/s", "p50 ms", "p99 ms", "peer/s", "p50 ms", "p99 ms", "service/peer")
 	for _, c := range levels {
@@ -112,6 +117,7 @@ func main() {
 		cpu1, _ := svc.CPU()
 		done := svc.Scrape()
 		fmt.Printf("%8d | %12.0f %9.2f %9.2f | %12.0f %9.2f %9.2f | %.2f\n", c, s.rate, s.p50, s.p99, p.rate, p.p50, p.p99, s.rate/p.rate)
+		lv := harness.APILevel{Clients: c, PerS: s.rate, P50: s.p50, P99: s.p99, PeerPerS: p.rate, PeerP99: p.p99, Errors: s.errors + p.errors}
 		commits := after["wts_store_commits_total"] - before["wts_store_commits_total"]
 		fmt.Printf("%8s   store: %.0f group commits, %.1f writes and %.1f pages each, %.2f ms each (fsync included)\n", "", commits,
 			(after["wts_store_commit_writes_total"]-before["wts_store_commit_writes_total"])/commits,
@@ -121,7 +127,8 @@ func main() {
 		// at its own pace, and this is the pace.
 		fmt.Printf("%8s   executed: all %d %.2f s after the first submission, %.0f/s\n", "", per*c, executed.Seconds(), float64(per*c)/executed.Seconds())
 		if cpuOK {
-			fmt.Printf("%8s   service CPU: %.0f µs per submission, its execution included\n", "", float64((cpu1-cpu0).Microseconds())/float64(per*c))
+			lv.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(per*c)
+			fmt.Printf("%8s   service CPU: %.0f µs per submission, its execution included\n", "", lv.CPUMicros)
 		}
 		// Allocation drives the collector, whose cycles are among the
 		// stalls the slow requests wait out.
@@ -136,6 +143,17 @@ func main() {
 		}
 		if s.errors > 0 || p.errors > 0 {
 			fmt.Printf("         errors: service %d (first: %s), peer %d\n", s.errors, s.firstError, p.errors)
+		}
+		rep.Levels = append(rep.Levels, lv)
+	}
+	if *jsonOut != "" {
+		rep.Describe("go run ./bench/apibench " + strings.Join(os.Args[1:], " "))
+		raw, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonOut, append(raw, '\n'), 0o644)
+		}
+		if err != nil {
+			log.Fatalf("--json: %v", err)
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wts-project/wts/bench/harness"
 	"github.com/wts-project/wts/kernels/gguf"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/loss"
@@ -33,50 +34,14 @@ import (
 	"github.com/wts-project/wts/kernels/transformer"
 )
 
-type report struct {
-	Engine         string  `json:"engine"`
-	Model          string  `json:"model"`
-	Threads        int     `json:"threads"`
-	Tokens         int     `json:"tokens_per_step"`
-	FwdBwdTokPerS  float64 `json:"fwd_bwd_tokens_per_s,omitempty"`
-	DecodeTokPerS  float64 `json:"decode_tokens_per_s,omitempty"`
-	BoundTokPerS   float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
-	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s,omitempty"`
-	WeightBytes    int64   `json:"weight_bytes_per_token,omitempty"`
-	BandwidthGBps  float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
-	DecodeOfBound  float64 `json:"decode_fraction_of_bound,omitempty"`
-	Batch16Speedup float64 `json:"decode_batch16_speedup,omitempty"`
-	// LlamaCpp is the llama.cpp peer on the same weights (--llamacpp), by
-	// the GGUF's element type; PyTorch the PyTorch peer (--torch); Ratios
-	// wts's decode figures over theirs.
-	LlamaCpp map[string]*peer   `json:"llamacpp,omitempty"`
-	PyTorch  *peer              `json:"pytorch_decode,omitempty"`
-	Ratios   map[string]float64 `json:"ratios,omitempty"`
-}
-
-// peer is what a decode peer prints: bench/llamacpp/decode.mjs or
-// bench/torch_decode.py.
-type peer struct {
-	Engine         string  `json:"engine"`
-	SystemInfo     string  `json:"system_info,omitempty"`
-	DecodeTokPerS  float64 `json:"decode_tokens_per_s"`
-	Threads        int     `json:"threads"`
-	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s"`
-	Batch16Threads int     `json:"batch16_threads"`
-	Greedy         []int   `json:"greedy_tokens,omitempty"`
-	// GreedyAgree is how many of Greedy's first tokens wts's greedy
-	// decoding of the same prompt gives too: the peer runs the same model.
-	GreedyAgree int `json:"greedy_tokens_agree,omitempty"`
-}
-
 // runPeer runs a decode peer's command and reads what it prints; a peer
 // that measured nothing ends the benchmark.
-func runPeer(name string, arg ...string) *peer {
+func runPeer(name string, arg ...string) *harness.DecodePeer {
 	cmd := exec.Command(name, arg...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	check(err)
-	var p peer
+	var p harness.DecodePeer
 	check(json.Unmarshal(out, &p))
 	if p.DecodeTokPerS <= 0 || p.Batch16TokPerS <= 0 {
 		check(fmt.Errorf("the peer measured nothing: %s", out))
@@ -85,7 +50,7 @@ func runPeer(name string, arg ...string) *peer {
 }
 
 // setRatios records wts's decode figures over a peer's under key.
-func setRatios(rep *report, key string, p *peer) {
+func setRatios(rep *harness.EngineReport, key string, p *harness.DecodePeer) {
 	rep.Ratios["decode_vs_"+key] = rep.DecodeTokPerS / p.DecodeTokPerS
 	if rep.Batch16TokPerS > 0 {
 		rep.Ratios["batch16_vs_"+key] = rep.Batch16TokPerS / p.Batch16TokPerS
@@ -94,7 +59,7 @@ func setRatios(rep *report, key string, p *peer) {
 
 // agree counts how many of the peer's first greedy tokens wts's greedy
 // decoding of the peers' prompt (3 + 7i mod 50) gives too.
-func agree(m *transformer.Model[float32], p *peer, prompt int) {
+func agree(m *transformer.Model[float32], p *harness.DecodePeer, prompt int) {
 	if len(p.Greedy) == 0 {
 		return
 	}
@@ -117,7 +82,7 @@ func agree(m *transformer.Model[float32], p *peer, prompt int) {
 // torchPeer runs bench/torch_decode.py with the interpreter py (Debian's
 // python3-torch) on the model folder dir, and checks its greedy tokens
 // against wts's.
-func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, prompt, decode, rounds int) {
+func torchPeer(rep *harness.EngineReport, m *transformer.Model[float32], py, dir string, prompt, decode, rounds int) {
 	p := runPeer(py, "bench/torch_decode.py", "--model", dir, "--prompt", strconv.Itoa(prompt), "--decode", strconv.Itoa(decode), "--rounds", strconv.Itoa(rounds))
 	agree(m, p, prompt)
 	rep.PyTorch = p
@@ -128,8 +93,8 @@ func torchPeer(rep *report, m *transformer.Model[float32], py, dir string, promp
 // node_modules installed) on the model folder dir exported as GGUF with
 // each element type, checks its greedy tokens against wts's (on m), and
 // sets the report's ratios against each.
-func llamaCpp(rep *report, m *transformer.Model[float32], peerDir, dir string, prompt, decode, rounds int) {
-	rep.LlamaCpp = map[string]*peer{}
+func llamaCpp(rep *harness.EngineReport, m *transformer.Model[float32], peerDir, dir string, prompt, decode, rounds int) {
+	rep.LlamaCpp = map[string]*harness.DecodePeer{}
 	tmp, err := os.MkdirTemp("", "enginebench-gguf-")
 	check(err)
 	defer os.RemoveAll(tmp)
@@ -195,7 +160,7 @@ func main() {
 		}
 		data = append(data, train.Datum{ModelInput: toks[:*seq], Loss: loss.Inputs{TargetTokens: toks[1:]}})
 	}
-	rep := report{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq}
+	rep := harness.EngineReport{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Provenance: harness.Begin()}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
 			_, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
@@ -256,6 +221,7 @@ func main() {
 	if *torchPy != "" && *decode > 0 {
 		torchPeer(&rep, m, *torchPy, *dir, *promptLen, *decode, *rounds)
 	}
+	rep.Describe("enginebench " + strings.Join(os.Args[1:], " "))
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
 }

@@ -182,7 +182,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Model: m.Name, Loop: cfg.Loop, Prompt: cfg.Prompt.String(), Output: cfg.Output.String(), Rank: cfg.Rank, SLO: cfg.SLO,
-		Provenance: started()}
+		Provenance: Begin()}
 	for i, load := range cfg.Levels {
 		l := &level{cfg: &cfg, vocab: m.VocabSize, ss: ss.clients, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 		if cfg.Adapters == 0 {

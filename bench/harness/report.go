@@ -28,8 +28,8 @@ type Provenance struct {
 	Started string `json:"started"`
 }
 
-// started is the provenance of a report that starts now.
-func started() Provenance { return Provenance{Started: time.Now().UTC().Format(time.RFC3339)} }
+// Begin is the provenance of a report that starts now.
+func Begin() Provenance { return Provenance{Started: time.Now().UTC().Format(time.RFC3339)} }
 
 // Describe fills in the machine, the binary's commit and the command.
 func (p *Provenance) Describe(command string) {

@@ -127,7 +127,7 @@ func RunTrain(ctx context.Context, c *client.Client, cfg TrainConfig) (*TrainRep
 		}
 	}
 	return &TrainReport{Model: m.Name, Batch: cfg.Batch, Seq: cfg.Seq, Rank: cfg.Rank, Steps: cfg.Steps,
-		API: figures(cfg, steps, total), Provenance: started()}, nil
+		API: figures(cfg, steps, total), Provenance: Begin()}, nil
 }
 
 // EngineTrain runs cfg's loop on the engine alone, in process, on the

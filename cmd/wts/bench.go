@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ func benchCmd(args []string) error {
 	return sub("bench", args, []command{
 		{"sample", "[--url URL --key KEY | --preset NAME] [--loop closed|open] [--levels 1,4,16] ...", "the sampling benchmark: latency, throughput and goodput under load (bench/README.md)", benchSample},
 		{"train", "[--url URL --key KEY | --preset NAME] [--batch 4 --seq 128 --rank 16 --steps 10]", "the training benchmark: forward_backward and optim_step through the API, beside the engine alone", benchTrain},
+		{"summary", "[--dir build/bench]", "one table of the reports make bench wrote, with every peer's figures and the ratios; also written to DIR/summary.md", benchSummary},
 	})
 }
 
@@ -174,5 +176,22 @@ func benchSample(args []string) error {
 	}
 	fmt.Print(rep.Markdown())
 	fmt.Fprintf(os.Stderr, "\nwrote %s/{%s,%s,%s,%s,%s}\n", *out, harness.JSONFile, harness.MDFile, harness.CDFFile, harness.ThroughputFile, harness.TailFile)
+	return nil
+}
+
+func benchSummary(args []string) error {
+	fs := flag.NewFlagSet("bench summary", flag.ContinueOnError)
+	dir := fs.String("dir", "build/bench", "the folder make bench writes its reports into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	md, err := harness.Summary(*dir)
+	if err != nil {
+		return fmt.Errorf("bench summary: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(*dir, "summary.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("bench summary: %w", err)
+	}
+	fmt.Print(md)
 	return nil
 }
