@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench-train bench run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench-train cuda cuda-bins bench run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -18,6 +18,8 @@ test: vet lint-openapi check-typescript hub-client
 
 vet:
 	$(GO) vet ./...
+	# The device code's Go side, type-checked without nvcc or a GPU.
+	$(GO) vet -tags cuda ./kernels/cuda ./bench/gpubench
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Lints the served OpenAPI document with Redocly's CLI (pinned in
@@ -117,6 +119,25 @@ soak: build
 chaos: build
 	$(GO) build -o bin/wts ./cmd/wts
 	$(GO) run ./bench/soak --wts bin/wts --nodes 3 --joins 2 --duration 5m --min-gap 5s --max-gap 15s --preset tiny --data ./build/chaos
+
+# The CUDA decode engine (kernels/cuda): nvcc (Debian's nvidia-cuda-toolkit,
+# from the non-free component) compiles csrc/ into a static library for
+# Ampere and Hopper, which `go build -tags cuda` links with the static CUDA
+# runtime; the binaries then need only the GPU machine's driver.
+NVCC ?= nvcc
+NVCCFLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+cuda: build/cuda/libwtscuda.a
+
+build/cuda/libwtscuda.a: kernels/cuda/csrc/wts_cuda.cu kernels/cuda/csrc/wts_cuda.h
+	mkdir -p build/cuda
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c kernels/cuda/csrc/wts_cuda.cu -o build/cuda/wts_cuda.o
+	ar rcs $@ build/cuda/wts_cuda.o
+
+# What runs on the GPU machine (bench/run_gpu.sh), built here: the CUDA
+# tests and the device benchmark, in bin/.
+cuda-bins: cuda
+	$(GO) test -c -tags cuda -o bin/cuda.test ./kernels/cuda
+	GOFLAGS=-buildvcs=true $(GO) build -tags cuda -o bin/gpubench ./bench/gpubench
 
 # Engine benchmarks: GEMM beside OpenBLAS, then training (beside PyTorch)
 # and decode (beside llama.cpp on the same weights) on the small model and

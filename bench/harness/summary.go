@@ -315,7 +315,7 @@ func sampleRows(dir string, s *summary) error {
 			var measure string
 			switch {
 			case sub == AdaptersDir:
-				measure = fmt.Sprintf("%d adapters on one base, one client each, `%s`", l.Adapters, r.Model)
+				measure = fmt.Sprintf("%d adapter%s on one base, one client each, `%s`", l.Adapters, plural(l.Adapters), r.Model)
 			case r.Loop == Open:
 				measure = fmt.Sprintf("sampling, open loop: %g requests/s over %d adapters, `%s`", l.Load, l.Adapters, r.Model)
 			default:
