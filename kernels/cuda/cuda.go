@@ -109,25 +109,58 @@ func (m *Model) weight(x []float32) (unsafe.Pointer, error) {
 	return m.alloc(2*len(h), unsafe.Pointer(&h[0]))
 }
 
-// proj fills a projection: its weight, bias and the adapter's pair.
-func (m *Model) proj(p *C.wts_proj, w, bias []float32, pair *lora.Pair[float32], scale float32) error {
+// base puts base weights that read one input of in values on the device
+// as one matrix, ws[i] [outs[i], in] row after row, checking their sizes.
+func (m *Model) base(name string, in int, outs []int, ws ...[]float32) (unsafe.Pointer, error) {
+	all := ws[0]
+	if len(ws) > 1 {
+		all = nil
+	}
+	for i, w := range ws {
+		if len(w) != outs[i]*in {
+			return nil, fmt.Errorf("%w: %s has %d values, want %d×%d", kerr.ErrBadModel, name, len(w), outs[i], in)
+		}
+		if len(ws) > 1 {
+			all = append(all, w...)
+		}
+	}
+	m.WeightBytes += int64(len(all)) * m.elem()
+	return m.weight(all)
+}
+
+// vec puts a norm or bias of n values on the device, several row after
+// row; one the model does not have (want false) stays NULL.
+func (m *Model) vec(name string, n int, want bool, xs ...[]float32) (*C.float, error) {
+	if !want {
+		return nil, nil
+	}
+	var all []float32
+	for _, x := range xs {
+		all = append(all, x...)
+	}
+	if len(all) != n {
+		return nil, fmt.Errorf("%w: %s has %d values, want %d", kerr.ErrBadModel, name, len(all), n)
+	}
+	return m.f32(all)
+}
+
+// lora puts a projection's LoRA pair on the device (a nil pair: none).
+func (m *Model) lora(p *C.wts_lora, pair *lora.Pair[float32], rank int, scale float32, out, in int) error {
+	if pair == nil {
+		return nil
+	}
+	if pair.In != in || pair.Out != out || len(pair.A) != rank*in || len(pair.B) != out*rank {
+		return fmt.Errorf("%w: a LoRA pair of %d×%d with %d and %d values for a %d×%d projection at rank %d",
+			kerr.ErrBadAdapter, pair.Out, pair.In, len(pair.A), len(pair.B), out, in, rank)
+	}
 	var err error
-	if p.w, err = m.weight(w); err != nil {
+	if p.a, err = m.f32(pair.A); err != nil {
 		return err
 	}
-	m.WeightBytes += int64(len(w)) * m.elem()
-	if p.bias, err = m.f32(bias); err != nil {
+	if p.b, err = m.f32(pair.B); err != nil {
 		return err
 	}
-	if pair != nil {
-		if p.a, err = m.f32(pair.A); err != nil {
-			return err
-		}
-		if p.b, err = m.f32(pair.B); err != nil {
-			return err
-		}
-		p.rank, p.scale = C.int(len(pair.A)/pair.In), C.float(scale)
-	}
+	p.rank, p.scale = C.int(rank), C.float(scale)
 	return nil
 }
 
@@ -145,7 +178,7 @@ func Load(w *model.Weights[float32], ad *lora.Adapter[float32], o Options) (mod 
 	if o.Slots < 1 || o.MaxRows < 1 || o.MaxLen < 2 || o.MaxLen > min(c.MaxPos, 32768) {
 		return nil, fmt.Errorf("cuda: options %+v: slots and rows at least 1, length 2..%d", o, min(c.MaxPos, 32768))
 	}
-	if c.HeadDim%2 != 0 || c.Heads%c.KVHeads != 0 {
+	if c.KVHeads < 1 || c.HeadDim%2 != 0 || c.HeadDim > 256 || c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("%w: head_dim %d, heads %d over %d", model.ErrUnsupported, c.HeadDim, c.Heads, c.KVHeads)
 	}
 	m := &Model{c: (*C.wts_model)(C.calloc(1, C.sizeof_wts_model)), cfg: c, o: o}
@@ -171,66 +204,89 @@ func Load(w *model.Weights[float32], ad *lora.Adapter[float32], o Options) (mod 
 	if cm.inv_freq, err = m.f32(inv32); err != nil {
 		return nil, err
 	}
+	D, Q, KV, I, hd := c.Hidden, c.QDim(), c.KVDim(), c.Intermediate, c.HeadDim
+	if len(w.Embed) != c.Vocab*D || len(w.Layers) != c.Layers {
+		return nil, fmt.Errorf("%w: %d embedding values and %d layers for the config's %d×%d and %d", kerr.ErrBadModel,
+			len(w.Embed), len(w.Layers), c.Vocab, D, c.Layers)
+	}
 	if cm.embed, err = m.weight(w.Embed); err != nil {
 		return nil, err
 	}
-	if cm.norm, err = m.f32(w.Norm); err != nil {
+	if cm.norm, err = m.vec("model.norm", D, true, w.Norm); err != nil {
 		return nil, err
 	}
 	var scale float32
-	maxRank := 0
+	rank := 0
+	var pairs func(l int, mod lora.Module) *lora.Pair[float32]
 	if ad != nil {
-		scale = ad.Scale()
-		maxRank = ad.Cfg.Rank
+		scale, rank = ad.Scale(), ad.Cfg.Rank
+		if len(ad.Layers) != c.Layers {
+			return nil, fmt.Errorf("%w: %d layers for a model of %d", kerr.ErrBadAdapter, len(ad.Layers), c.Layers)
+		}
+		pairs = func(l int, mod lora.Module) *lora.Pair[float32] { return ad.Layers[l][mod] }
+		if err = m.lora(&cm.head_lora, ad.LMHead, rank, scale, c.Vocab, D); err != nil {
+			return nil, err
+		}
 	}
-	var headPair *lora.Pair[float32]
-	if ad != nil {
-		headPair = ad.LMHead
-	}
-	if c.TieEmbed && headPair == nil {
-		cm.head.w = cm.embed
+	if c.TieEmbed {
+		cm.head = cm.embed
 		m.WeightBytes += int64(len(w.Embed)) * m.elem()
-	} else if err = m.proj(&cm.head, w.LMHead, nil, headPair, scale); err != nil {
+	} else if cm.head, err = m.base("lm_head", D, []int{c.Vocab}, w.LMHead); err != nil {
 		return nil, err
 	}
 	cm.layer = (*C.wts_layer)(C.calloc(C.size_t(c.Layers), C.sizeof_wts_layer))
 	layers := unsafe.Slice(cm.layer, c.Layers)
 	for l := range layers {
 		L, wl := &layers[l], &w.Layers[l]
-		if L.attn_norm, err = m.f32(wl.AttnNorm); err != nil {
+		name := func(what string) string { return fmt.Sprintf("layer %d %s", l, what) }
+		if L.attn_norm, err = m.vec(name("input_layernorm"), D, true, wl.AttnNorm); err != nil {
 			return nil, err
 		}
-		if L.mlp_norm, err = m.f32(wl.MLPNorm); err != nil {
+		if L.mlp_norm, err = m.vec(name("post_attention_layernorm"), D, true, wl.MLPNorm); err != nil {
 			return nil, err
 		}
-		if L.q_norm, err = m.f32(wl.QNorm); err != nil {
+		if L.q_norm, err = m.vec(name("q_norm"), hd, c.QKNorm, wl.QNorm); err != nil {
 			return nil, err
 		}
-		if L.k_norm, err = m.f32(wl.KNorm); err != nil {
+		if L.k_norm, err = m.vec(name("k_norm"), hd, c.QKNorm, wl.KNorm); err != nil {
 			return nil, err
 		}
-		for mod, t := range [lora.NumModules]struct{ w, b []float32 }{
-			{wl.Wq, wl.Bq}, {wl.Wk, wl.Bk}, {wl.Wv, wl.Bv}, {wl.Wo, wl.Bo}, {wl.Wg, nil}, {wl.Wu, nil}, {wl.Wd, nil},
-		} {
-			var pair *lora.Pair[float32]
-			if ad != nil {
-				pair = ad.Layers[l][mod]
-			}
-			if err = m.proj(&L.p[mod], t.w, t.b, pair, scale); err != nil {
-				return nil, err
+		if L.qkv, err = m.base(name("q, k and v"), D, []int{Q, KV, KV}, wl.Wq, wl.Wk, wl.Wv); err != nil {
+			return nil, err
+		}
+		if L.o, err = m.base(name("o"), Q, []int{D}, wl.Wo); err != nil {
+			return nil, err
+		}
+		if L.gate_up, err = m.base(name("gate and up"), D, []int{I, I}, wl.Wg, wl.Wu); err != nil {
+			return nil, err
+		}
+		if L.down, err = m.base(name("down"), I, []int{D}, wl.Wd); err != nil {
+			return nil, err
+		}
+		if L.qkv_bias, err = m.vec(name("q, k and v biases"), Q+2*KV, c.QKVBias, wl.Bq, wl.Bk, wl.Bv); err != nil {
+			return nil, err
+		}
+		if L.o_bias, err = m.vec(name("o bias"), D, c.OBias, wl.Bo); err != nil {
+			return nil, err
+		}
+		if pairs != nil {
+			for mod := lora.Module(0); mod < lora.NumModules; mod++ {
+				out, in := mod.Dims(c)
+				if err = m.lora(&L.lora[mod], pairs(l, mod), rank, scale, out, in); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
-	R, KV := o.MaxRows, c.KVDim()
-	cm.slots, cm.max_len, cm.max_rows, cm.max_rank = C.int(o.Slots), C.int(o.MaxLen), C.int(R), C.int(maxRank)
-	cache := 4 * o.Slots * c.Layers * o.MaxLen * KV
+	R := o.MaxRows
+	cm.slots, cm.max_len, cm.max_rows, cm.max_rank = C.int(o.Slots), C.int(o.MaxLen), C.int(R), C.int(rank)
+	cache := o.Slots * c.Layers * o.MaxLen * KV
 	scratch := []struct {
 		dst   **C.float
 		elems int
 	}{
-		{&cm.k_cache, cache / 4}, {&cm.v_cache, cache / 4},
-		{&cm.x, R * c.Hidden}, {&cm.h, R * c.Hidden}, {&cm.q, R * c.QDim()}, {&cm.k, R * KV}, {&cm.v, R * KV},
-		{&cm.att, R * c.QDim()}, {&cm.g, R * c.Intermediate}, {&cm.u, R * c.Intermediate}, {&cm.lu, R * max(maxRank, 1)},
+		{&cm.k_cache, cache}, {&cm.v_cache, cache}, {&cm.x, R * D}, {&cm.h, R * D}, {&cm.qkv, R * (Q + 2*KV)},
+		{&cm.q, R * Q}, {&cm.att, R * Q}, {&cm.gu, R * 2 * I}, {&cm.a, R * I}, {&cm.lu, R * max(rank, 1)},
 		{&cm.logits, R * c.Vocab},
 	}
 	for _, s := range scratch {
@@ -241,7 +297,7 @@ func Load(w *model.Weights[float32], ad *lora.Adapter[float32], o Options) (mod 
 		*s.dst = (*C.float)(p)
 	}
 	if o.BF16 {
-		split := 2 * ((R + 15) / 16 * 16) * max(c.Hidden, c.QDim(), c.Intermediate) // bf16 bytes
+		split := 2 * ((R + 15) / 16 * 16) * max(D, Q, I) // bf16 bytes
 		if cm.xh, err = m.alloc(split, nil); err != nil {
 			return nil, err
 		}

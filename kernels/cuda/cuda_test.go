@@ -4,11 +4,13 @@ package cuda
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/rng"
@@ -140,16 +142,50 @@ func bf16Weights(w *model.Weights[float32]) *model.Weights[float32] {
 	return &c
 }
 
+// adapter is a LoRA adapter on every projection and the LM head, its B
+// factors random (a fresh adapter's are zero, and would change nothing).
+func adapter(t *testing.T, c model.Config) *lora.Adapter[float32] {
+	cfg := lora.Config{Rank: 8, Alpha: 16, Seed: 1}
+	cfg.Targets(true, true, true)
+	ad, err := lora.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rng.New(2)
+	for _, p := range ad.Params() {
+		if !p.IsA {
+			for i := range p.Data {
+				p.Data[i] = float32(r.Float64()-0.5) * 0.1
+			}
+		}
+	}
+	return ad
+}
+
 // Two streams at different positions, prefilled in one step and decoded
 // together, give the CPU engine's logits at every position, and its greedy
 // tokens: with f32 weights, and with bf16 weights against the CPU engine
-// on the same bf16-rounded weights.
+// on the same bf16-rounded weights; with and without an adapter and CUDA
+// graphs.
 func TestDecodeMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
-		preset       string
-		bf16, graphs bool
-	}{{"tiny-qwen3", false, false}, {"tiny-qwen2", true, true}, {"small", false, true}, {"small", true, false}} {
+		preset                string
+		bf16, graphs, adapter bool
+	}{
+		{"tiny-qwen3", false, false, false}, {"tiny-qwen2", true, true, true},
+		{"small", false, true, true}, {"small", true, false, false}, {"small", true, true, true},
+	} {
 		w, err := model.Random(model.Presets[c.preset], 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ad *lora.Adapter[float32]
+		if c.adapter {
+			ad = adapter(t, w.Cfg)
+		}
+		// The device copies the weights first: the CPU model packs them
+		// and drops the row-major copies (transformer.New).
+		m, err := Load(w, ad, Options{Slots: 2, MaxLen: 64, MaxRows: 32, BF16: c.bf16, Graphs: c.graphs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,17 +201,13 @@ func TestDecodeMatchesCPU(t *testing.T) {
 				s[i] = int(r.Uint64() % uint64(V))
 			}
 		}
-		act, err := cpu.Forward(nil, transformer.Pack(seqs), nil)
+		act, err := cpu.Forward(ad, transformer.Pack(seqs), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := make([]float32, 2*48*V)
 		cpu.Head(act, nil, func(t int, row []float32) bool { copy(want[t*V:], row); return false })
 
-		m, err := Load(w, nil, Options{Slots: 2, MaxLen: 64, MaxRows: 32, BF16: c.bf16, Graphs: c.graphs})
-		if err != nil {
-			t.Fatal(err)
-		}
 		// One step prefills stream 0's first 20 tokens and stream 1's first 8.
 		var toks, slots, pos []int
 		for s, n := range []int{20, 8} {
@@ -261,5 +293,9 @@ func TestStepRefusesBadRows(t *testing.T) {
 	}
 	if _, err := Load(w, nil, Options{Slots: 1, MaxLen: 1 << 20, MaxRows: 4}); err == nil {
 		t.Fatal("a cache longer than the model's context accepted")
+	}
+	w.Layers[1].Wd = w.Layers[1].Wd[1:]
+	if _, err := Load(w, nil, Options{Slots: 1, MaxLen: 16, MaxRows: 4}); !errors.Is(err, kerr.ErrBadModel) {
+		t.Fatalf("a short down projection: %v", err)
 	}
 }

@@ -46,10 +46,11 @@ static __device__ __forceinline__ float load1(const __nv_bfloat16 *w) { return _
 
 // Y[m, n] = alpha·Σ_k X[m, k]·W[n, k] + bias[n] + beta·Y[m, n], for M rows:
 // one warp per output column, reading the column's weights once per tile
-// of MT rows (the tile's later passes find them in L1). X: [M, K], W: [N, K].
+// of MT rows (the tile's later passes find them in L1). X: [M, K], W: [N, K],
+// Y: rows ldy apart.
 template <typename W, int MT, bool VEC>
 __global__ void gemm_rows(const float *__restrict__ X, const W *__restrict__ Wt, const float *__restrict__ bias,
-                          float *__restrict__ Y, int M, int N, int K, float alpha, float beta) {
+                          float *__restrict__ Y, int M, int N, int K, int ldy, float alpha, float beta) {
 	int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
 	if (n >= N) return;
@@ -84,7 +85,7 @@ __global__ void gemm_rows(const float *__restrict__ X, const W *__restrict__ Wt,
 		for (int i = 0; i < MT; i++) {
 			float s = warp_sum(acc[i]);
 			if (lane == 0 && m0 + i < M) {
-				float *y = Y + (size_t)(m0 + i) * N + n;
+				float *y = Y + (size_t)(m0 + i) * ldy + n;
 				float v = alpha * s;
 				if (bias) v += bias[n];
 				if (beta != 0) v += beta * *y;
@@ -95,24 +96,24 @@ __global__ void gemm_rows(const float *__restrict__ X, const W *__restrict__ Wt,
 }
 
 template <typename W, int MT>
-static void gemm_mt(const float *X, const W *Wt, const float *bias, float *Y, int M, int N, int K, float alpha,
-                    float beta, cudaStream_t s) {
+static void gemm_mt(const float *X, const W *Wt, const float *bias, float *Y, int M, int N, int K, int ldy,
+                    float alpha, float beta, cudaStream_t s) {
 	int blocks = (N + 7) / 8;
 	if (K % 8 == 0)
-		gemm_rows<W, MT, true><<<blocks, 256, 0, s>>>(X, Wt, bias, Y, M, N, K, alpha, beta);
+		gemm_rows<W, MT, true><<<blocks, 256, 0, s>>>(X, Wt, bias, Y, M, N, K, ldy, alpha, beta);
 	else
-		gemm_rows<W, MT, false><<<blocks, 256, 0, s>>>(X, Wt, bias, Y, M, N, K, alpha, beta);
+		gemm_rows<W, MT, false><<<blocks, 256, 0, s>>>(X, Wt, bias, Y, M, N, K, ldy, alpha, beta);
 }
 
 template <typename W>
-static void gemm(const float *X, const W *Wt, const float *bias, float *Y, int M, int N, int K, float alpha,
+static void gemm(const float *X, const W *Wt, const float *bias, float *Y, int M, int N, int K, int ldy, float alpha,
                  float beta, cudaStream_t s) {
 	if (M == 1)
-		gemm_mt<W, 1>(X, Wt, bias, Y, M, N, K, alpha, beta, s);
+		gemm_mt<W, 1>(X, Wt, bias, Y, M, N, K, ldy, alpha, beta, s);
 	else if (M <= 4)
-		gemm_mt<W, 4>(X, Wt, bias, Y, M, N, K, alpha, beta, s);
+		gemm_mt<W, 4>(X, Wt, bias, Y, M, N, K, ldy, alpha, beta, s);
 	else
-		gemm_mt<W, 8>(X, Wt, bias, Y, M, N, K, alpha, beta, s);
+		gemm_mt<W, 8>(X, Wt, bias, Y, M, N, K, ldy, alpha, beta, s);
 }
 
 // split_bf16 writes x [M, K] as two bf16 matrices [Mpad, K] whose sum is x
@@ -127,23 +128,24 @@ __global__ void split_bf16(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x,
 	lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));
 }
 
-// gemm_tc is gemm_rows on the tensor cores for bf16 weights: each warp
-// computes 16 output columns for MT tiles of 16 rows, reading its weights
-// once, and multiplies them by both halves of the split activations (f32
-// accumulation). Needs K and N multiples of 16.
+// gemm_tc is gemm_rows on the tensor cores for bf16 weights: a block's
+// eight warps share 16 output columns and MT tiles of 16 rows, each warp
+// taking every eighth 16-wide step of K (so that even a product of 1,024
+// columns spreads over the device), multiplying the weights by both halves
+// of the split activations with f32 accumulation; the block then sums the
+// warps' parts. Needs K and N multiples of 16.
 template <int MT>
 __global__ void gemm_tc(const __nv_bfloat16 *__restrict__ xh, const __nv_bfloat16 *__restrict__ xl,
                         const __nv_bfloat16 *__restrict__ W, const float *__restrict__ bias, float *__restrict__ Y, int M,
-                        int N, int K, float alpha, float beta) {
+                        int N, int K, int ldy, float alpha, float beta) {
 	using namespace nvcuda;
-	__shared__ float stage[8][256];
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int n0 = (blockIdx.x * 8 + warp) * 16, m0 = blockIdx.y * MT * 16;
-	if (n0 >= N) return;
+	__shared__ float part[8][MT][256];
+	int warp = threadIdx.x >> 5;
+	int n0 = blockIdx.x * 16, m0 = blockIdx.y * MT * 16;
 	wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MT];
 #pragma unroll
 	for (int i = 0; i < MT; i++) wmma::fill_fragment(acc[i], 0.f);
-	for (int k = 0; k < K; k += 16) {
+	for (int k = warp * 16; k < K; k += 128) {
 		wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
 		wmma::load_matrix_sync(b, W + (size_t)n0 * K + k, K);
 #pragma unroll
@@ -157,48 +159,46 @@ __global__ void gemm_tc(const __nv_bfloat16 *__restrict__ xh, const __nv_bfloat1
 		}
 	}
 #pragma unroll
-	for (int i = 0; i < MT; i++) {
-		if (m0 + i * 16 >= M) break;
-		wmma::store_matrix_sync(stage[warp], acc[i], 16, wmma::mem_row_major);
-		__syncwarp();
-		for (int e = lane; e < 256; e += 32) {
-			int m = m0 + i * 16 + e / 16, n = n0 + e % 16;
-			if (m < M) {
-				float v = alpha * stage[warp][e];
-				if (bias) v += bias[n];
-				float *y = Y + (size_t)m * N + n;
-				if (beta != 0) v += beta * *y;
-				*y = v;
-			}
-		}
-		__syncwarp();
+	for (int i = 0; i < MT; i++)
+		if (m0 + i * 16 < M) wmma::store_matrix_sync(part[warp][i], acc[i], 16, wmma::mem_row_major);
+	__syncthreads();
+	for (int e = threadIdx.x; e < MT * 256; e += blockDim.x) {
+		int i = e / 256, at = e % 256, m = m0 + i * 16 + at / 16, n = n0 + at % 16;
+		if (m >= M) continue;
+		float sum = 0;
+		for (int w = 0; w < 8; w++) sum += part[w][i][at];
+		float v = alpha * sum;
+		if (bias) v += bias[n];
+		float *y = Y + (size_t)m * ldy + n;
+		if (beta != 0) v += beta * *y;
+		*y = v;
 	}
 }
 
-// base: Y = X·Wᵀ + bias for a base weight, on the tensor cores where the
-// weights are bf16 and the step has rows enough to use them.
+// base: Y = X·Wᵀ + bias + beta·Y for a base weight W [N, K], on the tensor
+// cores where the weights are bf16 and the step has rows enough to use
+// them. Y: rows ldy apart.
 static void base(const wts_model *m, const void *w, const float *bias, const float *X, float *Y, int M, int N, int K,
-                 cudaStream_t s) {
+                 int ldy, float beta, cudaStream_t s) {
 	if (m->bf16 && M >= 8 && K % 16 == 0 && N % 16 == 0) {
 		int Mpad = (M + 15) / 16 * 16;
 		split_bf16<<<blocks((size_t)Mpad * K, 256), 256, 0, s>>>((__nv_bfloat16 *)m->xh, (__nv_bfloat16 *)m->xl, X, M, K, Mpad);
-		gemm_tc<4><<<dim3((N / 16 + 7) / 8, (M + 63) / 64), 256, 0, s>>>(
-		    (const __nv_bfloat16 *)m->xh, (const __nv_bfloat16 *)m->xl, (const __nv_bfloat16 *)w, bias, Y, M, N, K, 1.f, 0.f);
+		gemm_tc<4><<<dim3(N / 16, (M + 63) / 64), 256, 0, s>>>((const __nv_bfloat16 *)m->xh, (const __nv_bfloat16 *)m->xl,
+		                                                       (const __nv_bfloat16 *)w, bias, Y, M, N, K, ldy, 1.f, beta);
 	} else if (m->bf16) {
-		gemm(X, (const __nv_bfloat16 *)w, bias, Y, M, N, K, 1.f, 0.f, s);
+		gemm(X, (const __nv_bfloat16 *)w, bias, Y, M, N, K, ldy, 1.f, beta, s);
 	} else {
-		gemm(X, (const float *)w, bias, Y, M, N, K, 1.f, 0.f, s);
+		gemm(X, (const float *)w, bias, Y, M, N, K, ldy, 1.f, beta, s);
 	}
 }
 
-// project: Y = X·Wᵀ + bias + scale·(X·Aᵀ)·Bᵀ. X: [M, in], Y: [M, out].
-static void project(const wts_model *m, const wts_proj *p, const float *X, float *Y, int M, int out, int in,
-                    cudaStream_t s) {
-	base(m, p->w, p->bias, X, Y, M, out, in, s);
-	if (p->a) {
-		gemm(X, p->a, (const float *)0, m->lu, M, p->rank, in, 1.f, 0.f, s);
-		gemm(m->lu, p->b, (const float *)0, Y, M, out, p->rank, p->scale, 1.f, s);
-	}
+// lora adds scale·(X·Aᵀ)·Bᵀ into Y (rows ldy apart) where the projection
+// has a pair. X: [M, in], Y: [M, out].
+static void lora(const wts_model *m, const wts_lora *p, const float *X, float *Y, int M, int out, int in, int ldy,
+                 cudaStream_t s) {
+	if (!p->a) return;
+	gemm(X, p->a, (const float *)0, m->lu, M, p->rank, in, p->rank, 1.f, 0.f, s);
+	gemm(m->lu, p->b, (const float *)0, Y, M, out, p->rank, ldy, p->scale, 1.f, s);
 }
 
 // RMSNorm of each row of x [rows, D] into y, the sum of squares in double.
@@ -227,29 +227,47 @@ __global__ void embed_rows(float *x, const W *E, const int *tokens, int D) {
 	for (int i = threadIdx.x; i < D; i += blockDim.x) x[(size_t)blockIdx.x * D + i] = load1(e + i);
 }
 
-// RoPE, rotate-half, on x [M, H·hd] at each row's position.
-__global__ void rope(float *x, const int *pos, const float *inv_freq, int H, int hd) {
-	int r = blockIdx.x, half = hd / 2;
-	for (int j = threadIdx.x; j < H * half; j += blockDim.x) {
-		int h = j / half, i = j % half;
+// qk_prep readies one head of a row's q or k from qkv [M, Q+2KV]: Qwen3's
+// per-head RMSNorm (sum of squares in double) where the layer has one, then
+// RoPE (rotate-half) at the row's position; a q head goes to q [M, Q], a k
+// head, and its v, to the row's slot of the KV cache. Block (row, head):
+// heads 0..H−1 are q's, H..H+Hkv−1 k's; hd ≤ 256.
+__global__ void qk_prep(float *q, float *kc, float *vc, const float *qkv, const float *q_norm, const float *k_norm,
+                        const int *slots, const int *pos, const float *inv_freq, int layer, int layers, int max_len,
+                        int H, int Hkv, int hd, float eps) {
+	__shared__ float x[256];
+	__shared__ double part[32];
+	int r = blockIdx.x, h = blockIdx.y, KV = Hkv * hd, half = hd / 2;
+	bool isq = h < H;
+	const float *row = qkv + (size_t)r * (H * hd + 2 * KV);
+	const float *src = isq ? row + h * hd : row + H * hd + (h - H) * hd;
+	const float *nw = isq ? q_norm : k_norm;
+	for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = src[d];
+	__syncthreads();
+	if (nw) {
+		double ss = 0;
+		for (int d = threadIdx.x; d < hd; d += blockDim.x) ss += (double)x[d] * x[d];
+		for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+		if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+		__syncthreads();
+		ss = 0;
+		for (int i = 0; i < (int)(blockDim.x >> 5); i++) ss += part[i];
+		float rs = (float)(1.0 / sqrt(ss / hd + (double)eps));
+		__syncthreads();
+		for (int d = threadIdx.x; d < hd; d += blockDim.x) x[d] = x[d] * rs * nw[d];
+		__syncthreads();
+	}
+	size_t at = (((size_t)slots[r] * layers + layer) * max_len + pos[r]) * KV + (size_t)(h - H) * hd;
+	float *dst = isq ? q + ((size_t)r * H + h) * hd : kc + at;
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
 		float ang = (float)pos[r] * inv_freq[i];
-		float c = (float)cos((double)ang), s = (float)sin((double)ang);
-		float *v = x + ((size_t)r * H + h) * hd;
-		float x1 = v[i], x2 = v[i + half];
-		v[i] = x1 * c - x2 * s;
-		v[i + half] = x2 * c + x1 * s;
+		float c = (float)cos((double)ang), sn = (float)sin((double)ang);
+		float x1 = x[i], x2 = x[i + half];
+		dst[i] = x1 * c - x2 * sn;
+		dst[i + half] = x2 * c + x1 * sn;
 	}
-}
-
-// Writes each row's k and v [M, KV] into its slot's cache at its position.
-__global__ void kv_store(float *kc, float *vc, const float *k, const float *v, const int *slots, const int *pos,
-                         int layer, int layers, int max_len, int KV) {
-	int r = blockIdx.x;
-	size_t at = (((size_t)slots[r] * layers + layer) * max_len + pos[r]) * KV;
-	for (int i = threadIdx.x; i < KV; i += blockDim.x) {
-		kc[at + i] = k[(size_t)r * KV + i];
-		vc[at + i] = v[(size_t)r * KV + i];
-	}
+	if (!isq)
+		for (int d = threadIdx.x; d < hd; d += blockDim.x) vc[at + d] = row[H * hd + KV + (h - H) * hd + d];
 }
 
 // Attention of row r's head h over keys 0..pos[r] of its slot: block (r, h),
@@ -298,14 +316,13 @@ __global__ void attend(float *out, const float *q, const float *kc, const float 
 	}
 }
 
-__global__ void swiglu(float *a, const float *g, const float *u, size_t n) {
+// a [M, I] = silu(gate)·up, from gate_up [M, 2I].
+__global__ void swiglu(float *a, const float *gu, int I, size_t n) {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n) a[i] = g[i] / (1.f + expf(-g[i])) * u[i];
-}
-
-__global__ void add(float *y, const float *x, size_t n) {
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n) y[i] += x[i];
+	if (i >= n) return;
+	size_t r = i / I, j = i % I;
+	float g = gu[r * 2 * I + j], u = gu[r * 2 * I + I + j];
+	a[i] = g / (1.f + expf(-g)) * u;
 }
 
 // The greedy token of each logits row [V]: the first of the largest.
@@ -396,7 +413,7 @@ int wts_model_release(wts_model *m) {
 // device to each row's greedy token in m->next.
 static int forward(wts_model *m, int n, cudaStream_t s) {
 	int D = m->hidden, H = m->heads, Hkv = m->kv_heads, hd = m->head_dim, I = m->inter, V = m->vocab;
-	int Q = H * hd, KV = Hkv * hd, R = m->max_rows;
+	int Q = H * hd, KV = Hkv * hd, QKV = Q + 2 * KV, R = m->max_rows;
 	int *dtok = m->rows, *dslot = m->rows + R, *dpos = m->rows + 2 * R;
 	if (m->bf16)
 		embed_rows<<<n, 256, 0, s>>>(m->x, (const __nv_bfloat16 *)m->embed, dtok, D);
@@ -405,30 +422,28 @@ static int forward(wts_model *m, int n, cudaStream_t s) {
 	for (int l = 0; l < m->layers; l++) {
 		const wts_layer *L = &m->layer[l];
 		rmsnorm<<<n, 256, 0, s>>>(m->h, m->x, L->attn_norm, D, m->eps);
-		project(m, &L->p[WTS_Q], m->h, m->q, n, Q, D, s);
-		project(m, &L->p[WTS_K], m->h, m->k, n, KV, D, s);
-		project(m, &L->p[WTS_V], m->h, m->v, n, KV, D, s);
-		if (L->q_norm) {
-			rmsnorm<<<n * H, 128, 0, s>>>(m->q, m->q, L->q_norm, hd, m->eps);
-			rmsnorm<<<n * Hkv, 128, 0, s>>>(m->k, m->k, L->k_norm, hd, m->eps);
-		}
-		rope<<<n, 256, 0, s>>>(m->q, dpos, m->inv_freq, H, hd);
-		rope<<<n, 256, 0, s>>>(m->k, dpos, m->inv_freq, Hkv, hd);
-		kv_store<<<n, 256, 0, s>>>(m->k_cache, m->v_cache, m->k, m->v, dslot, dpos, l, m->layers, m->max_len, KV);
+		base(m, L->qkv, L->qkv_bias, m->h, m->qkv, n, QKV, D, QKV, 0.f, s);
+		lora(m, &L->lora[WTS_Q], m->h, m->qkv, n, Q, D, QKV, s);
+		lora(m, &L->lora[WTS_K], m->h, m->qkv + Q, n, KV, D, QKV, s);
+		lora(m, &L->lora[WTS_V], m->h, m->qkv + Q + KV, n, KV, D, QKV, s);
+		qk_prep<<<dim3(n, H + Hkv), 128, 0, s>>>(m->q, m->k_cache, m->v_cache, m->qkv, L->q_norm, L->k_norm, dslot, dpos,
+		                                         m->inv_freq, l, m->layers, m->max_len, H, Hkv, hd, m->eps);
 		attend<<<dim3(n, H), 128, m->max_len * 4, s>>>(m->att, m->q, m->k_cache, m->v_cache, dslot, dpos, l, m->layers,
 		                                               m->max_len, H, Hkv, hd);
-		// h = o-projection of the attention, then the residual.
-		project(m, &L->p[WTS_O], m->att, m->h, n, D, Q, s);
-		add<<<blocks((size_t)n * D, 256), 256, 0, s>>>(m->x, m->h, (size_t)n * D);
+		// The o-projection adds into the residual stream x.
+		base(m, L->o, L->o_bias, m->att, m->x, n, D, Q, D, 1.f, s);
+		lora(m, &L->lora[WTS_O], m->att, m->x, n, D, Q, D, s);
 		rmsnorm<<<n, 256, 0, s>>>(m->h, m->x, L->mlp_norm, D, m->eps);
-		project(m, &L->p[WTS_GATE], m->h, m->g, n, I, D, s);
-		project(m, &L->p[WTS_UP], m->h, m->u, n, I, D, s);
-		swiglu<<<blocks((size_t)n * I, 256), 256, 0, s>>>(m->g, m->g, m->u, (size_t)n * I);
-		project(m, &L->p[WTS_DOWN], m->g, m->h, n, D, I, s);
-		add<<<blocks((size_t)n * D, 256), 256, 0, s>>>(m->x, m->h, (size_t)n * D);
+		base(m, L->gate_up, (const float *)0, m->h, m->gu, n, 2 * I, D, 2 * I, 0.f, s);
+		lora(m, &L->lora[WTS_GATE], m->h, m->gu, n, I, D, 2 * I, s);
+		lora(m, &L->lora[WTS_UP], m->h, m->gu + I, n, I, D, 2 * I, s);
+		swiglu<<<blocks((size_t)n * I, 256), 256, 0, s>>>(m->a, m->gu, I, (size_t)n * I);
+		base(m, L->down, (const float *)0, m->a, m->x, n, D, I, D, 1.f, s);
+		lora(m, &L->lora[WTS_DOWN], m->a, m->x, n, D, I, D, s);
 	}
 	rmsnorm<<<n, 256, 0, s>>>(m->h, m->x, m->norm, D, m->eps);
-	project(m, &m->head, m->h, m->logits, n, V, D, s);
+	base(m, m->head, (const float *)0, m->h, m->logits, n, V, D, V, 0.f, s);
+	lora(m, &m->head_lora, m->h, m->logits, n, V, D, V, s);
 	argmax_rows<<<n, 1024, 0, s>>>(m->next, m->logits, V);
 	return (int)cudaGetLastError();
 }

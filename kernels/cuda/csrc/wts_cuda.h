@@ -19,22 +19,28 @@ int wts_malloc(int dev, void **p, size_t bytes);
 int wts_free(int dev, void *p);
 int wts_h2d(int dev, void *dst, const void *src, size_t bytes);
 
-// One projection's device weights: W [out, in] (bf16 or f32), an optional
-// bias [out] and an optional LoRA pair A [r, in], B [out, r] (f32).
+// One projection's LoRA pair: A [rank, in], B [out, rank] (f32); a NULL a
+// means the projection has none.
 typedef struct {
-	const void *w;
-	const float *bias;
 	const float *a, *b;
 	int rank;
 	float scale;
-} wts_proj;
+} wts_lora;
 
 enum { WTS_Q, WTS_K, WTS_V, WTS_O, WTS_GATE, WTS_UP, WTS_DOWN, WTS_NPROJ };
 
+// A layer's device weights. Projections that read one input are stored
+// as one matrix, so that a step runs one product for them: q, k and v as
+// qkv [Q+2KV, D], gate and up as gate_up [2I, D] (bf16 or f32).
 typedef struct {
 	const float *attn_norm, *mlp_norm; // [D]
 	const float *q_norm, *k_norm;      // [hd] or NULL
-	wts_proj p[WTS_NPROJ];
+	const void *qkv;
+	const float *qkv_bias; // [Q+2KV] or NULL
+	const void *o;         // [D, Q]
+	const float *o_bias;   // [D] or NULL
+	const void *gate_up, *down;
+	wts_lora lora[WTS_NPROJ];
 } wts_layer;
 
 // The model on one device: its shape, weights, KV caches and scratch.
@@ -46,15 +52,16 @@ typedef struct {
 	const float *inv_freq; // [head_dim/2], device
 	const void *embed;     // [V, D]
 	const float *norm;     // [D]
-	wts_proj head;         // LM head [V, D] (w may be embed)
-	wts_layer *layer;      // host array [layers]
+	const void *head;      // LM head [V, D] (may be embed)
+	wts_lora head_lora;
+	wts_layer *layer; // host array [layers]
 	int slots, max_len, max_rows;
 	float *k_cache, *v_cache; // [slots][layers][max_len][KV]
 	// scratch, [max_rows × ...]
-	float *x, *h, *q, *k, *v, *att, *g, *u, *lu, *logits;
+	float *x, *h, *qkv, *q, *att, *gu, *a, *lu, *logits;
 	void *xh, *xl; // bf16 [ceil16(max_rows) × max(D, Q, I)]: split activations for the tensor cores
-	int *rows; // device [3][max_rows]: tokens, slots, positions
-	int *next; // device [max_rows]
+	int *rows;     // device [3][max_rows]: tokens, slots, positions
+	int *next;     // device [max_rows]
 	int max_rank;
 	int use_graphs; // capture each step size's kernels in a CUDA graph
 	void *stream;   // cudaStream_t
