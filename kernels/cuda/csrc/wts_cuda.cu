@@ -60,6 +60,7 @@ __global__ void gemm_rows(const float *__restrict__ X, const W *__restrict__ Wt,
 #pragma unroll
 		for (int i = 0; i < MT; i++) acc[i] = 0;
 		if (VEC) {
+#pragma unroll 4
 			for (int k = lane * 8; k < K; k += 256) {
 				float wv[8];
 				load8(w + k, wv);
@@ -145,17 +146,26 @@ __global__ void gemm_tc(const __nv_bfloat16 *__restrict__ xh, const __nv_bfloat1
 	wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MT];
 #pragma unroll
 	for (int i = 0; i < MT; i++) wmma::fill_fragment(acc[i], 0.f);
+	int tiles = min(MT, (M - m0 + 15) / 16);
 	for (int k = warp * 16; k < K; k += 128) {
+		// Every load of the step is issued before its first product, so
+		// that they wait on memory together, not one after another.
 		wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+		wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> hi[MT], lo[MT];
 		wmma::load_matrix_sync(b, W + (size_t)n0 * K + k, K);
 #pragma unroll
 		for (int i = 0; i < MT; i++) {
-			if (m0 + i * 16 >= M) break;
-			wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-			wmma::load_matrix_sync(a, xh + (size_t)(m0 + i * 16) * K + k, K);
-			wmma::mma_sync(acc[i], a, b, acc[i]);
-			wmma::load_matrix_sync(a, xl + (size_t)(m0 + i * 16) * K + k, K);
-			wmma::mma_sync(acc[i], a, b, acc[i]);
+			if (i < tiles) {
+				wmma::load_matrix_sync(hi[i], xh + (size_t)(m0 + i * 16) * K + k, K);
+				wmma::load_matrix_sync(lo[i], xl + (size_t)(m0 + i * 16) * K + k, K);
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < MT; i++) {
+			if (i < tiles) {
+				wmma::mma_sync(acc[i], hi[i], b, acc[i]);
+				wmma::mma_sync(acc[i], lo[i], b, acc[i]);
+			}
 		}
 	}
 #pragma unroll
