@@ -16,9 +16,10 @@ test: vet lint-openapi check-typescript hub-client
 	$(GO) test -race -count=1 ./actors/... ./persistence/
 	WTS_WIRE=1 $(GO) test -count=1 ./actors/... ./http/
 
+# vet also type-checks the CUDA engine's Go side (-tags cuda), which needs
+# neither nvcc nor a GPU for that.
 vet:
 	$(GO) vet ./...
-	# The device code's Go side, type-checked without nvcc or a GPU.
 	$(GO) vet -tags cuda ./kernels/cuda ./bench/gpubench
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 

@@ -3,13 +3,12 @@
 package cuda
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/wts-project/wts/kernels/golden"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
@@ -31,36 +30,14 @@ func TestDevices(t *testing.T) {
 	}
 }
 
-// golden is the part of kernels/golden's files this package reads.
-type golden struct {
-	Data []struct {
-		ModelInput   []int `json:"model_input"`
-		TargetTokens []int `json:"target_tokens"`
-	} `json:"data"`
-	Logits0 []float64 `json:"logits0"`
-	Losses  map[string]struct {
-		Logprobs [][]float64 `json:"logprobs"`
-	} `json:"losses"`
-}
-
-func within(t *testing.T, what string, got, want, atol, rtol float64) {
-	t.Helper()
-	if math.Abs(got-want) > atol+rtol*math.Abs(want) || math.IsNaN(got) {
-		t.Fatalf("%s: got %.8g, PyTorch %.8g", what, got, want)
-	}
-}
-
 // The device model, f32 weights with the golden adapter, gives PyTorch's
 // logits and logprobs within the CPU engine's tolerances (kernels/golden).
 func TestMatchesPyTorch(t *testing.T) {
-	for _, preset := range []string{"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3"} {
+	testdata := filepath.Join("..", "golden", "testdata")
+	for _, preset := range golden.Presets {
 		t.Run(preset, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "golden", "testdata", preset+".json"))
+			g, err := golden.Read(testdata, preset)
 			if err != nil {
-				t.Fatal(err)
-			}
-			var g golden
-			if err := json.Unmarshal(raw, &g); err != nil {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
@@ -71,7 +48,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ad, err := lora.LoadPEFT(filepath.Join("..", "golden", "testdata", preset+"-adapter"), w.Cfg)
+			ad, err := lora.LoadPEFT(filepath.Join(testdata, preset+"-adapter"), w.Cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,11 +71,11 @@ func TestMatchesPyTorch(t *testing.T) {
 				}
 				if i == 0 {
 					for j, v := range logits {
-						within(t, "logit", float64(v), g.Logits0[j], 2e-5, 1e-4)
+						golden.Within(t, "logit", float64(v), g.Logits0[j], 2e-5, 1e-4)
 					}
 				}
 				for j, target := range d.TargetTokens {
-					within(t, "logprob", logprob(logits[j*V:(j+1)*V], target), lps[i][j], 1e-5, 1e-5)
+					golden.Within(t, "logprob", logprob(logits[j*V:(j+1)*V], target), lps[i][j], 1e-5, 1e-5)
 				}
 			}
 		})

@@ -1,13 +1,9 @@
-// Package golden holds the PyTorch golden files and the test that holds the
-// engine to them. gen_golden.py (make golden) regenerates them; CI only reads.
 package golden
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,33 +17,8 @@ import (
 	"github.com/wts-project/wts/kernels/transformer"
 )
 
-type goldenDatum struct {
-	ModelInput   []int     `json:"model_input"`
-	TargetTokens []int     `json:"target_tokens"`
-	Weights      []float64 `json:"weights"`
-	Advantages   []float64 `json:"advantages"`
-	Logprobs     []float64 `json:"logprobs"`
-}
-
-type goldenFile struct {
-	Preset      string        `json:"preset"`
-	ModelSHA256 string        `json:"model_sha256"`
-	Data        []goldenDatum `json:"data"`
-	Logits0     []float64     `json:"logits0"`
-	Losses      map[string]struct {
-		LossSum  float64              `json:"loss_sum"`
-		Logprobs [][]float64          `json:"logprobs"`
-		Grads    map[string][]float64 `json:"grads"`
-	} `json:"losses"`
-	AdamW struct {
-		Params    map[string]float64   `json:"params"`
-		Steps     int                  `json:"steps"`
-		GradNorms []float64            `json:"grad_norms"`
-		Adapter   map[string][]float64 `json:"adapter"`
-	} `json:"adamw"`
-}
-
-func (d goldenDatum) datum(lossName string) train.Datum {
+// datum is d as the trainer takes it, with lossName's inputs.
+func datum(d Datum, lossName string) train.Datum {
 	in := loss.Inputs{TargetTokens: d.TargetTokens}
 	if lossName == "cross_entropy" {
 		in.Weights = d.Weights
@@ -57,22 +28,11 @@ func (d goldenDatum) datum(lossName string) train.Datum {
 	return train.Datum{ModelInput: d.ModelInput, Loss: in}
 }
 
-func within(t *testing.T, what string, got, want, atol, rtol float64) {
-	t.Helper()
-	if math.Abs(got-want) > atol+rtol*math.Abs(want) || math.IsNaN(got) {
-		t.Fatalf("%s: got %.8g, PyTorch %.8g", what, got, want)
-	}
-}
-
 func TestMatchesPyTorch(t *testing.T) {
-	for _, preset := range []string{"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3"} {
+	for _, preset := range Presets {
 		t.Run(preset, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("testdata", preset+".json"))
+			g, err := Read("testdata", preset)
 			if err != nil {
-				t.Fatal(err)
-			}
-			var g goldenFile
-			if err := json.Unmarshal(raw, &g); err != nil {
 				t.Fatal(err)
 			}
 			// The model is regenerated, not stored: its hash proves the
@@ -103,7 +63,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			}
 			m.Head(act, nil, func(tk int, row []float32) bool {
 				for j, v := range row {
-					within(t, "logit", float64(v), g.Logits0[tk*V+j], 2e-5, 1e-4)
+					Within(t, "logit", float64(v), g.Logits0[tk*V+j], 2e-5, 1e-4)
 				}
 				return false
 			})
@@ -111,7 +71,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			for name, want := range g.Losses {
 				data := make([]train.Datum, len(g.Data))
 				for i, d := range g.Data {
-					data[i] = d.datum(name)
+					data[i] = datum(d, name)
 				}
 				fn, err := loss.New(name, nil)
 				if err != nil {
@@ -122,10 +82,10 @@ func TestMatchesPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				within(t, name+" loss:sum", out.Metrics["loss:sum"], want.LossSum, 1e-5, 1e-5)
+				Within(t, name+" loss:sum", out.Metrics["loss:sum"], want.LossSum, 1e-5, 1e-5)
 				for i := range want.Logprobs {
 					for j, lp := range want.Logprobs[i] {
-						within(t, name+" logprob", out.Logprobs[i][j], lp, 1e-5, 1e-5)
+						Within(t, name+" logprob", out.Logprobs[i][j], lp, 1e-5, 1e-5)
 					}
 				}
 				if want.Grads == nil {
@@ -137,7 +97,7 @@ func TestMatchesPyTorch(t *testing.T) {
 						t.Fatalf("golden has no gradient for %s", p.Name)
 					}
 					for j, v := range p.Data {
-						within(t, name+" grad "+p.Name, float64(v), ref[j], 1e-6, 1e-3)
+						Within(t, name+" grad "+p.Name, float64(v), ref[j], 1e-6, 1e-3)
 					}
 				}
 			}
@@ -148,7 +108,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			op := optim.Params{LR: hp["lr"], Beta1: hp["beta1"], Beta2: hp["beta2"], Eps: hp["eps"], WeightDecay: hp["weight_decay"], GradClipNorm: hp["grad_clip_norm"]}
 			data := make([]train.Datum, len(g.Data))
 			for i, d := range g.Data {
-				data[i] = d.datum("cross_entropy")
+				data[i] = datum(d, "cross_entropy")
 			}
 			for s := 0; s < g.AdamW.Steps; s++ {
 				if _, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil); err != nil {
@@ -158,14 +118,14 @@ func TestMatchesPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				within(t, "grad norm", met.GradNorm, g.AdamW.GradNorms[s], 1e-5, 1e-4)
+				Within(t, "grad norm", met.GradNorm, g.AdamW.GradNorms[s], 1e-5, 1e-4)
 			}
 			for _, p := range tr.Adapter().Params() {
 				ref := g.AdamW.Adapter[p.Name]
 				for j, v := range p.Data {
 					// A parameter moves at most ~lr per step; agreeing to 1% of
 					// that step is far tighter than any update-rule error.
-					within(t, "adamw "+p.Name, float64(v), ref[j], 1e-4*hp["lr"]*10, 1e-4)
+					Within(t, "adamw "+p.Name, float64(v), ref[j], 1e-4*hp["lr"]*10, 1e-4)
 				}
 			}
 		})
