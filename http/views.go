@@ -280,6 +280,7 @@ type modelView struct {
 	Hidden     int      `json:"hidden_size"`
 	Layers     int      `json:"num_layers"`
 	Tokenizer  bool     `json:"tokenizer"`
+	Weights    string   `json:"weights"`
 	Providers  []string `json:"providers"`
 }
 
@@ -294,7 +295,7 @@ func modelsOf(r *providers.Registry) *modelsPage {
 		m, _ := c.Lookup(name)
 		p.Items = append(p.Items, modelView{Name: name, Revision: m.Revision, Arch: m.Config.ModelType, Parameters: m.Config.ParamCount(),
 			MaxSeqLen: m.Config.MaxPos, Vocab: m.Config.Vocab, Hidden: m.Config.Hidden, Layers: m.Config.Layers,
-			Tokenizer: m.Tokenizer, Providers: r.Offering(name)})
+			Tokenizer: m.Tokenizer, Weights: m.Weights, Providers: r.Offering(name)})
 	}
 	return p
 }

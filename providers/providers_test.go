@@ -48,3 +48,23 @@ func TestRegistryOffers(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint saved in bfloat16 runs with bf16 weights; any other, f32.
+func TestCatalogWeights(t *testing.T) {
+	dirs := map[string]string{}
+	for name, dt := range map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16, "f16": safetensors.F16} {
+		dirs[name] = filepath.Join(t.TempDir(), name)
+		if err := model.Generate("tiny", 1, dirs[name], dt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := NewCatalog(dirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"f32": WeightsF32, "bf16": WeightsBF16, "f16": WeightsF32} {
+		if m, _ := c.Lookup(name); m.Weights != want {
+			t.Fatalf("%s checkpoint: weights %q, want %q", name, m.Weights, want)
+		}
+	}
+}

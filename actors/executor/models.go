@@ -7,6 +7,7 @@ import (
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/transformer"
+	"github.com/wts-project/wts/providers"
 )
 
 // models loads each catalog model once per node: the trainer's executor
@@ -34,7 +35,7 @@ func (s *node) model(name string) (*transformer.Model[float32], error) {
 	if s.models.loaded == nil {
 		s.models.loaded = map[string]*transformer.Model[float32]{}
 	}
-	m := transformer.New(w)
+	m := transformer.NewWith(w, transformer.Options{BF16: entry.Weights == providers.WeightsBF16})
 	s.models.loaded[name] = m
 	return m, nil
 }

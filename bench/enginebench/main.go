@@ -125,6 +125,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
 	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF: F32, F16 and BF16) and report the ratios")
+	bf16 := flag.Bool("bf16", false, "keep the base weights in bf16 (transformer.Options.BF16); the peers read theirs as before")
 	torchPy := flag.String("torch", "", "a python3 with torch: also decode the same weights with PyTorch (bench/torch_decode.py, run from the repository's root) and report the ratios")
 	flag.Parse()
 	if *profile != "" {
@@ -148,7 +149,7 @@ func main() {
 	cfg := lora.Config{Rank: *rank, Alpha: 32, Seed: 1}
 	cfg.Targets(true, true, false)
 	ad, _ := lora.New(w.Cfg, cfg)
-	m := transformer.New(w)
+	m := transformer.NewWith(w, transformer.Options{BF16: *bf16})
 	z := m.Freeze(ad) // the sampling runs' adapter snapshot
 	tr := train.NewTrainer(m, ad)
 	r := rng.New(1)
@@ -160,7 +161,7 @@ func main() {
 		}
 		data = append(data, train.Datum{ModelInput: toks[:*seq], Loss: loss.Inputs{TargetTokens: toks[1:]}})
 	}
-	rep := harness.EngineReport{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Provenance: harness.Begin()}
+	rep := harness.EngineReport{Engine: "wts", Weights: "f32", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Provenance: harness.Begin()}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
 			_, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
@@ -188,9 +189,13 @@ func main() {
 		}
 		// Bytes of weights read per decoded token (LM head included, the
 		// embedding row lookup not), at float32.
-		rep.WeightBytes = 4 * int64(w.Cfg.ParamCount()-w.Cfg.Vocab*w.Cfg.Hidden+w.Cfg.Vocab*w.Cfg.Hidden)
+		elem := int64(4)
+		if *bf16 {
+			elem = 2
+		}
+		rep.WeightBytes = elem * int64(w.Cfg.ParamCount()-w.Cfg.Vocab*w.Cfg.Hidden+w.Cfg.Vocab*w.Cfg.Hidden)
 		if !w.Cfg.TieEmbed {
-			rep.WeightBytes -= 4 * int64(w.Cfg.Vocab*w.Cfg.Hidden)
+			rep.WeightBytes -= elem * int64(w.Cfg.Vocab*w.Cfg.Hidden)
 		}
 		// The machine's bandwidth moves from minute to minute, so each
 		// round decodes and then reads the stream buffer, and the ratios are
@@ -213,6 +218,9 @@ func main() {
 		if *batched {
 			rep.Batch16TokPerS, rep.Batch16Speedup = mid(batch16), mid(speedup)
 		}
+	}
+	if *bf16 {
+		rep.Weights = "bf16"
 	}
 	rep.Ratios = map[string]float64{}
 	if *peerDir != "" && *decode > 0 {

@@ -7,6 +7,7 @@ package harness
 // engine's forward_backward and decode figures, and its decode peers'.
 type EngineReport struct {
 	Engine         string  `json:"engine"`
+	Weights        string  `json:"base_weights,omitempty"` // f32 or bf16
 	Model          string  `json:"model"`
 	Threads        int     `json:"threads"`
 	Tokens         int     `json:"tokens_per_step"`

@@ -189,6 +189,10 @@ func engineRows(dir string, s *summary) error {
 	sort.Slice(reps, func(i, j int) bool { return reps[i].WeightBytes < reps[j].WeightBytes })
 	for _, r := range reps {
 		name := filepath.Base(r.Model)
+		label := "`" + name + "`"
+		if r.Weights == "bf16" {
+			label += ", bf16 weights"
+		}
 		if r.FwdBwdTokPerS > 0 {
 			var t TorchTrain
 			ok, err := readJSON(filepath.Join(dir, fmt.Sprintf(TorchTrainFile, name)), &t)
@@ -200,17 +204,17 @@ func engineRows(dir string, s *summary) error {
 				peer = fmt.Sprintf("PyTorch %s (%d thread%s)", num(t.FwdBwdTokPerS), t.Threads, plural(t.Threads))
 				ratio = fmt.Sprintf("%.2f×", r.FwdBwdTokPerS/t.FwdBwdTokPerS)
 			}
-			s.add(r.Provenance, fmt.Sprintf("LoRA forward_backward tokens/s, `%s`, %d tokens a step", name, r.Tokens),
+			s.add(r.Provenance, fmt.Sprintf("LoRA forward_backward tokens/s, %s, %d tokens a step", label, r.Tokens),
 				num(r.FwdBwdTokPerS), peer, ratio)
 		}
 		if r.DecodeTokPerS > 0 {
-			s.add(r.Provenance, fmt.Sprintf("decode tokens/s, one stream, `%s`", name),
+			s.add(r.Provenance, fmt.Sprintf("decode tokens/s, one stream, %s", label),
 				fmt.Sprintf("%s, %.2f of the bandwidth bound", num(r.DecodeTokPerS), r.DecodeOfBound),
 				r.decodePeers(func(p *DecodePeer) float64 { return p.DecodeTokPerS }),
 				r.decodeRatios("decode_vs_"))
 		}
 		if r.Batch16TokPerS > 0 {
-			s.add(r.Provenance, fmt.Sprintf("decode tokens/s, 16 streams, `%s`", name),
+			s.add(r.Provenance, fmt.Sprintf("decode tokens/s, 16 streams, %s", label),
 				fmt.Sprintf("%s (%.1f× one stream)", num(r.Batch16TokPerS), r.Batch16Speedup),
 				r.decodePeers(func(p *DecodePeer) float64 { return p.Batch16TokPerS }),
 				r.decodeRatios("batch16_vs_"))

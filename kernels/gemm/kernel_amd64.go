@@ -114,6 +114,51 @@ func gemv64(x, panels []float32, y *[4 * nr]float32) {
 }
 
 //go:noescape
+func gemv16HalfAVX(k int, x *float32, panel *uint16, y *float32)
+
+// gemv16Half is gemv16 over a bf16 panel.
+func gemv16Half(x []float32, panel []uint16, y *[nr]float32) {
+	k := len(x)
+	body := k &^ 3
+	if !useAVX || body == 0 {
+		gemv16HalfGo(x, panel, y)
+		return
+	}
+	_ = panel[k*nr-1]
+	gemv16HalfAVX(body, &x[0], &panel[0], &y[0])
+	gemv16HalfGo(x[body:], panel[body*nr:], y)
+}
+
+//go:noescape
+func gemv64HalfAVX(k int, x *float32, panels *uint16, stride int, y *float32)
+
+// gemv64Half is gemv64 over four bf16 panels.
+func gemv64Half(x []float32, panels []uint16, y *[4 * nr]float32) {
+	k := len(x)
+	if !useAVX || k == 0 {
+		gemv64HalfGo(x, panels, y)
+		return
+	}
+	_ = panels[4*k*nr-1]
+	gemv64HalfAVX(k, &x[0], &panels[0], 2*k*nr, &y[0])
+}
+
+//go:noescape
+func widenAVX(n int, src *uint16, dst *float32)
+
+// widen writes the bf16 values src as float32 into dst (exactly).
+func widen(src []uint16, dst []float32) {
+	body := len(src) &^ 15
+	if useAVX && body > 0 {
+		_ = dst[len(src)-1]
+		widenAVX(body, &src[0], &dst[0])
+	} else {
+		body = 0
+	}
+	widenGo(src[body:], dst[body:])
+}
+
+//go:noescape
 func axpyAVX(n int, alpha float32, x, y *float32)
 
 // Axpy adds alpha·x into y (y at least as long as x), eight lanes at a time.

@@ -843,3 +843,141 @@ strip8done:
 	VMOVUPS Y0, (DX)
 	VZEROUPPER
 	RET
+
+// A bf16 panel row holds its 16 columns paired: (col i, col i+8) for i < 8,
+// so that a 32-byte load splits into two float32 vectors without a
+// shuffle: shifting each pair's low half up gives columns 0..7, masking
+// its low half off gives columns 8..15. mask: 0xffff0000 in every lane.
+#define SPLIT16(off, base, mask, lo, hi) \
+	VMOVDQU off(base), hi \
+	VPSLLD $16, hi, lo \
+	VPAND mask, hi, hi
+
+// Set mask to 0xffff0000 in every lane.
+#define HIGHMASK(mask) \
+	VPCMPEQD mask, mask, mask \
+	VPSLLD $16, mask, mask
+
+// func gemv16HalfAVX(k int, x *float32, panel *uint16, y *float32)
+// gemv16AVX over a bf16 panel: y[0:16] += Σ_p x[p]·panel row p; k a
+// multiple of 4.
+TEXT ·gemv16HalfAVX(SB), NOSPLIT, $0-32
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ panel+16(FP), DI
+	MOVQ y+24(FP), DX
+	ZERO8
+	HIGHMASK(Y15)
+	SHRQ $2, CX
+	JE   h16store
+
+h16loop:
+	VBROADCASTSS (SI), Y8
+	VBROADCASTSS 4(SI), Y9
+	SPLIT16(0, DI, Y15, Y12, Y13)
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y13, Y8, Y1
+	SPLIT16(32, DI, Y15, Y12, Y13)
+	VFMADD231PS Y12, Y9, Y2
+	VFMADD231PS Y13, Y9, Y3
+	VBROADCASTSS 8(SI), Y10
+	VBROADCASTSS 12(SI), Y11
+	SPLIT16(64, DI, Y15, Y12, Y13)
+	VFMADD231PS Y12, Y10, Y4
+	VFMADD231PS Y13, Y10, Y5
+	SPLIT16(96, DI, Y15, Y12, Y13)
+	VFMADD231PS Y12, Y11, Y6
+	VFMADD231PS Y13, Y11, Y7
+	ADDQ $16, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  h16loop
+
+h16store:
+	VADDPS Y2, Y0, Y0
+	VADDPS Y3, Y1, Y1
+	VADDPS Y6, Y4, Y4
+	VADDPS Y7, Y5, Y5
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS (DX), Y0, Y0
+	VADDPS 32(DX), Y1, Y1
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VZEROUPPER
+	RET
+
+// func gemv64HalfAVX(k int, x *float32, panels *uint16, stride int, y *float32)
+// gemv64AVX over four bf16 panels at panels + i·stride bytes.
+TEXT ·gemv64HalfAVX(SB), NOSPLIT, $0-40
+	MOVQ k+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ panels+16(FP), DI
+	MOVQ stride+24(FP), R11
+	MOVQ y+32(FP), DX
+	LEAQ (DI)(R11*1), R8
+	LEAQ (R8)(R11*1), R9
+	LEAQ (R9)(R11*1), R10
+	ZERO8
+	HIGHMASK(Y15)
+	TESTQ CX, CX
+	JE   h64store
+
+h64loop:
+	VBROADCASTSS (SI), Y8
+	SPLIT16(0, DI, Y15, Y10, Y11)
+	SPLIT16(0, R8, Y15, Y12, Y13)
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y13, Y8, Y3
+	SPLIT16(0, R9, Y15, Y10, Y11)
+	SPLIT16(0, R10, Y15, Y12, Y13)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y11, Y8, Y5
+	VFMADD231PS Y12, Y8, Y6
+	VFMADD231PS Y13, Y8, Y7
+	ADDQ $4, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  h64loop
+
+h64store:
+	VADDPS (DX), Y0, Y0
+	VADDPS 32(DX), Y1, Y1
+	VADDPS 64(DX), Y2, Y2
+	VADDPS 96(DX), Y3, Y3
+	VADDPS 128(DX), Y4, Y4
+	VADDPS 160(DX), Y5, Y5
+	VADDPS 192(DX), Y6, Y6
+	VADDPS 224(DX), Y7, Y7
+	STORE8
+	VZEROUPPER
+	RET
+
+// func widenAVX(n int, src *uint16, dst *float32)
+// dst = the bf16 panel rows src as float32 panel rows, in column order;
+// n a multiple of 16.
+TEXT ·widenAVX(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ dst+16(FP), DI
+	HIGHMASK(Y15)
+	SHRQ $4, CX
+	JE   wdone
+
+wloop:
+	SPLIT16(0, SI, Y15, Y0, Y1)
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  wloop
+
+wdone:
+	VZEROUPPER
+	RET

@@ -4,6 +4,8 @@ package gemm
 // replace them (kernel_amd64.go); elsewhere, and in tests that compare the two,
 // these run.
 
+import "github.com/wts-project/wts/kernels/safetensors"
+
 func dotGo(x, y []float32) float32 {
 	var s0, s1, s2, s3 float32
 	n := len(x)
@@ -59,6 +61,47 @@ func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
 	k := len(x)
 	for i := 0; i < 4; i++ {
 		gemv16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
+	}
+}
+
+// A bf16 panel row holds its nr columns paired, (col i, col i+nr/2) for
+// i < nr/2: the layout the AVX2 kernels split without a shuffle (see
+// kernel_amd64.s). pairBF16 writes a float32 panel row in it; bf16At reads
+// column j of one.
+func pairBF16(dst []uint16, row []float32) {
+	for i := 0; i < nr/2; i++ {
+		dst[2*i], dst[2*i+1] = safetensors.F32ToBF16(row[i]), safetensors.F32ToBF16(row[i+nr/2])
+	}
+}
+
+func bf16At(row []uint16, j int) float32 {
+	if j < nr/2 {
+		return safetensors.BF16ToF32(row[2*j])
+	}
+	return safetensors.BF16ToF32(row[2*(j-nr/2)+1])
+}
+
+func widenGo(src []uint16, dst []float32) {
+	for r := 0; r+nr <= len(src); r += nr {
+		for j := 0; j < nr; j++ {
+			dst[r+j] = bf16At(src[r:r+nr], j)
+		}
+	}
+}
+
+func gemv16HalfGo(x []float32, panel []uint16, y *[nr]float32) {
+	for p, xv := range x {
+		row := panel[p*nr : p*nr+nr]
+		for j := range y {
+			y[j] += xv * bf16At(row, j)
+		}
+	}
+}
+
+func gemv64HalfGo(x []float32, panels []uint16, y *[4 * nr]float32) {
+	k := len(x)
+	for i := 0; i < 4; i++ {
+		gemv16HalfGo(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/wts-project/wts/kernels/par"
 )
@@ -19,10 +20,18 @@ import (
 //
 // Layout: for each kc-deep block of the K axis, all nr-wide column panels,
 // each p-major (panel[p][j]), zero-padded to nr.
+//
+// A matrix packed in bf16 (PackTBF16, PackNBF16) keeps the same layout in
+// half the bytes, each panel row's columns paired for the vector unit (see
+// pairBF16): the one-row decode kernels read it as it lies, widening each
+// value as they go (decode is bound by the bytes it reads); the tile
+// kernels widen a panel's k block into a buffer first, which their rows
+// then share.
 type Packed struct {
 	N, K   int
-	data   []float32
-	blocks []int // offset of each kc block
+	data   []float32 // nil when the matrix is stored in bf16
+	half   []uint16  // the bf16 panels, nil for float32
+	blocks []int     // offset of each kc block
 }
 
 // PackT packs B = Wᵀ for w [n, k] (row-major, row stride ldw).
@@ -31,25 +40,54 @@ func PackT(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackT(w, n,
 // PackN packs B = W for w [k, n] (row-major, row stride ldw).
 func PackN(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackN(w, k, n, ldw) }
 
+// PackTBF16 packs B = Wᵀ for w [n, k] in bf16 (rounded to nearest even).
+func PackTBF16(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackTBF16(w, n, k, ldw) }
+
+// PackNBF16 packs B = W for w [k, n] in bf16.
+func PackNBF16(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackNBF16(w, k, n, ldw) }
+
 // PackT is the package's PackT with the panels stored in s (nil: their own
 // allocation).
-func (s *Slab) PackT(w []float32, n, k, ldw int) *Packed { return s.pack(true, w, n, k, ldw) }
+func (s *Slab) PackT(w []float32, n, k, ldw int) *Packed { return s.pack(true, false, w, n, k, ldw) }
 
 // PackN is the package's PackN with the panels stored in s.
-func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed { return s.pack(false, w, n, k, ldw) }
+func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed { return s.pack(false, false, w, n, k, ldw) }
 
-func (s *Slab) pack(tb bool, w []float32, n, k, ldw int) *Packed {
+// PackTBF16 is the package's PackTBF16 with the panels stored in s, which
+// they take half as much of (PackedLen(n, k)/2 floats, rounded up).
+func (s *Slab) PackTBF16(w []float32, n, k, ldw int) *Packed { return s.pack(true, true, w, n, k, ldw) }
+
+// PackNBF16 is the package's PackNBF16 with the panels stored in s.
+func (s *Slab) PackNBF16(w []float32, k, n, ldw int) *Packed {
+	return s.pack(false, true, w, n, k, ldw)
+}
+
+func (s *Slab) pack(tb, bf16 bool, w []float32, n, k, ldw int) *Packed {
 	panels := (n + nr - 1) / nr
 	p := &Packed{N: n, K: k}
 	for pc := 0; pc < k; pc += kc {
 		p.blocks = append(p.blocks, pc*panels*nr)
 	}
-	p.data = s.take(PackedLen(n, k))
+	if bf16 {
+		p.half = s.takeHalf(PackedLen(n, k))
+	} else {
+		p.data = s.take(PackedLen(n, k))
+	}
 	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
 		kb := min(kc, k-pc)
-		base := p.data[p.blocks[bi]:]
 		par.For(panels, 8, func(lo, hi int) {
-			packPanels(tb, w, ldw, pc, kb, 0, n, lo, hi, base)
+			if !bf16 {
+				packPanels(tb, w, ldw, pc, kb, 0, n, lo, hi, p.data[p.blocks[bi]:])
+				return
+			}
+			// Each worker packs its panels in float32, then rounds them.
+			buf := getBuf((hi - lo) * nr * kb)
+			packPanels(tb, w, ldw, pc, kb, lo*nr, n-lo*nr, 0, hi-lo, *buf)
+			dst := p.half[p.blocks[bi]+lo*nr*kb:]
+			for r := 0; r < (hi-lo)*nr*kb; r += nr {
+				pairBF16(dst[r:r+nr], (*buf)[r:r+nr])
+			}
+			packPool.Put(buf)
 		})
 	}
 	return p
@@ -62,11 +100,33 @@ func (s *Slab) pack(tb bool, w []float32, n, k, ldw int) *Packed {
 // relies on it: a run's rows give the same sums in a pass of their own and
 // in one shared with other runs' rows.
 func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
-	if m > mc {
+	if m > mc && p.half == nil {
 		p.mulBlocked(ta, m, alpha, a, lda, beta, c, ldc)
 		return
 	}
-	mulFew(nil, []Product{{B: p, TransA: ta, M: m, Alpha: alpha, A: a, Lda: lda, Beta: beta, C: c, Ldc: ldc, tiles: true}})
+	// bf16 panels run mc rows at a time through the tile path, which widens
+	// each panel block once for them all.
+	for i := 0; i < m || i == 0; i += mc {
+		ai := i * lda
+		if ta {
+			ai = i
+		}
+		rows := min(mc, m-i)
+		mulFew(nil, []Product{{B: p, TransA: ta, M: rows, Alpha: alpha, A: a[min(ai, len(a)):], Lda: lda, Beta: beta,
+			C: c[min(i*ldc, len(c)):], Ldc: ldc, tiles: true}})
+	}
+}
+
+// Bytes is the memory the panels take.
+func (p *Packed) Bytes() int64 { return 4*int64(len(p.data)) + 2*int64(len(p.half)) }
+
+// at is the address of element i of the panels, for the kernels to touch
+// ahead of reading (prefetch) only: of bf16 panels it is not a float32.
+func (p *Packed) at(i int) *float32 {
+	if p.half != nil {
+		return (*float32)(unsafe.Pointer(&p.half[i]))
+	}
+	return &p.data[i]
 }
 
 func (p *Packed) mulBlocked(ta bool, m int, alpha float32, a []float32, lda int, beta float32, c []float32, ldc int) {
@@ -381,7 +441,7 @@ func (j *fewJob) panelData(q int) *float32 {
 	for i := range j.plans {
 		if q < j.first[i+1] {
 			p := j.plans[i].p
-			return &p.data[p.blocks[0]+(q-j.first[i])*nr*min(kc, p.K)]
+			return p.at(p.blocks[0] + (q-j.first[i])*nr*min(kc, p.K))
 		}
 	}
 	return nil
@@ -560,7 +620,7 @@ func (pl *rowsPlan) wait() {
 // blockData is the first float of panel q's k block bi.
 func (pl *rowsPlan) blockData(q, bi int) *float32 {
 	p := pl.p
-	return &p.data[p.blocks[bi]+q*nr*min(kc, p.K-bi*kc)]
+	return p.at(p.blocks[bi] + q*nr*min(kc, p.K-bi*kc))
 }
 
 // tileBlock runs panel q's k block bi through the tile kernels, with the
@@ -569,7 +629,15 @@ func (pl *rowsPlan) blockData(q, bi int) *float32 {
 func (pl *rowsPlan) tileBlock(q, bi int, next *float32, withTerm bool) {
 	p, pc := pl.p, bi*kc
 	kb, nw := min(kc, p.K-pc), min(nr, p.N-q*nr)
-	bp := p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
+	var bp []float32
+	var wide *[]float32
+	if p.half != nil {
+		wide = getBuf(nr * kb)
+		bp = (*wide)[:nr*kb]
+		widen(p.half[p.blocks[bi]+q*nr*kb:][:nr*kb], bp)
+	} else {
+		bp = p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
+	}
 	if next == nil {
 		next = &bp[0]
 	}
@@ -582,6 +650,9 @@ func (pl *rowsPlan) tileBlock(q, bi int, next *float32, withTerm bool) {
 	panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next, set, sec)
 	if pl.tail != nil {
 		panelTiles(aBlock{a: pl.tail[pc*mr:]}, bp, pl.c, pl.ldc, pl.whole, pl.m-pl.whole, q*nr, kb, nw, next, set, nil)
+	}
+	if wide != nil {
+		packPool.Put(wide)
 	}
 }
 
@@ -605,6 +676,10 @@ func (pl *rowsPlan) gemvPanels(lo, hi int) {
 	full := n / nr                    // panels with all nr columns in C
 	var edge [packedGemvM][nr]float32 // sums of the last, partial panel, per row
 	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
+		if p.half != nil {
+			pl.gemvBlockHalf(pl.a[pc:], pl.lda, p.half[p.blocks[bi]:], min(kc, k-pc), lo, hi, &edge)
+			continue
+		}
 		pl.gemvBlock(pl.a[pc:], pl.lda, p.data[p.blocks[bi]:], min(kc, k-pc), lo, hi, &edge)
 	}
 	if t := pl.term; t != nil { // its panels are one k block, r deep
@@ -637,6 +712,24 @@ func (pl *rowsPlan) gemvBlock(x []float32, ldx int, base []float32, kb, lo, hi i
 		}
 		if q < hi { // q == full: the partial panel
 			gemv16(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
+		}
+	}
+}
+
+// gemvBlockHalf is gemvBlock over bf16 panels.
+func (pl *rowsPlan) gemvBlockHalf(x []float32, ldx int, base []uint16, kb, lo, hi int, edge *[packedGemvM][nr]float32) {
+	full := pl.p.N / nr
+	for i := 0; i < pl.m; i++ {
+		xi, y := x[i*ldx:i*ldx+kb], pl.c[i*pl.ldc:]
+		q := lo
+		for ; q+4 <= min(hi, full); q += 4 {
+			gemv64Half(xi, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
+		}
+		for ; q < min(hi, full); q++ {
+			gemv16Half(xi, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
+		}
+		if q < hi { // q == full: the partial panel
+			gemv16Half(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
 		}
 	}
 }

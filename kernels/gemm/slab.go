@@ -40,6 +40,16 @@ func NewSlab(floats int) *Slab { return &Slab{rest: HugeFloats(floats)} }
 // PackedLen is the number of floats a packed B [k, n] holds.
 func PackedLen(n, k int) int { return (n + nr - 1) / nr * nr * k }
 
+// takeHalf returns the next n 16-bit values of s (n/2 floats' room,
+// rounded up), or fresh ones when s is nil or full.
+func (s *Slab) takeHalf(n int) []uint16 {
+	f := s.take((n + 1) / 2)
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&f[0])), n)
+}
+
 // take returns the next n floats of s, or fresh ones when s is nil or full.
 func (s *Slab) take(n int) []float32 {
 	if s == nil || len(s.rest) < n {

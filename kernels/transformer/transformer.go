@@ -6,6 +6,7 @@ package transformer
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/kerr"
@@ -29,40 +30,79 @@ type Model[F gemm.Float] struct {
 // dropped from w, since nothing reads them after, so the weights' memory
 // about doubles; the head keeps its own, which tied models share with the
 // embeddings.
-func New[F gemm.Float](w *model.Weights[F]) *Model[F] {
+func New[F gemm.Float](w *model.Weights[F]) *Model[F] { return NewWith(w, Options{}) }
+
+// Options choose how New keeps the base weights.
+type Options struct {
+	// BF16 packs every base projection and the LM head in bf16 (rounded
+	// to nearest even), half the bytes, which float32 products widen as
+	// they read them (gemm.PackTBF16); float32 models only.
+	BF16 bool
+}
+
+// NewWith is New with options.
+func NewWith[F gemm.Float](w *model.Weights[F], o Options) *Model[F] {
 	m := &Model[F]{W: w, rope: ops.NewRope[F](ops.InvFreq(w.Cfg)), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
 	c := w.Cfg
-	slab := frozenSlab[F](c)
+	slab := frozenSlab[F](c, o.BF16)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		mats := [lora.NumModules]*[]F{lora.Q: &L.Wq, lora.K: &L.Wk, lora.V: &L.Wv, lora.O: &L.Wo,
 			lora.Gate: &L.Wg, lora.Up: &L.Wu, lora.Down: &L.Wd}
 		for mod, W := range mats {
 			out, in := lora.Module(mod).Dims(c)
-			pw := newFrozenWeight(slab, *W, out, in)
+			pw := newFrozenWeight(slab, *W, out, in, o.BF16)
 			if pw.packed != nil {
 				pw.W, *W = nil, nil
 			}
 			m.proj[l][mod] = pw
 		}
 	}
-	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden)
+	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden, o.BF16)
 	return m
 }
 
 // frozenSlab returns room for every packed copy of a float32 model's base
 // weights (Wᵀ and W of each projection and of the LM head), nil for float64,
 // which packs nothing.
-func frozenSlab[F gemm.Float](c model.Config) *gemm.Slab {
+func frozenSlab[F gemm.Float](c model.Config, bf16 bool) *gemm.Slab {
 	if _, ok := any(F(0)).(float32); !ok {
 		return nil
 	}
-	both := func(out, in int) int { return gemm.PackedLen(out, in) + gemm.PackedLen(in, out) } // Wᵀ and W
+	both := func(out, in int) int { // Wᵀ and W
+		if bf16 {
+			return (gemm.PackedLen(out, in)+1)/2 + (gemm.PackedLen(in, out)+1)/2
+		}
+		return gemm.PackedLen(out, in) + gemm.PackedLen(in, out)
+	}
 	floats := both(c.Vocab, c.Hidden)
 	for mod := range lora.Module(lora.NumModules) {
 		floats += c.Layers * both(mod.Dims(c))
 	}
 	return gemm.NewSlab(floats)
+}
+
+// WeightBytes is the memory the base weights take: the packed copies of
+// each projection and of the LM head, and the embeddings.
+func (m *Model[F]) WeightBytes() int64 {
+	var n int64
+	add := func(w weight[F]) {
+		for _, p := range []*gemm.Packed{w.packed, w.grad} {
+			if p != nil {
+				n += p.Bytes()
+			}
+		}
+		if w.packed == nil {
+			n += int64(len(w.W)) * int64(unsafe.Sizeof(F(0)))
+		}
+	}
+	for _, l := range m.proj {
+		for _, w := range l {
+			add(w)
+		}
+	}
+	add(m.head)
+	return n + int64(len(m.W.Embed))*int64(unsafe.Sizeof(F(0)))
 }
 
 // Cfg is the model's configuration.

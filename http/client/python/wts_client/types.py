@@ -248,6 +248,7 @@ class Model:
     hidden_size: int
     num_layers: int
     tokenizer: bool
+    weights: str
     providers: List[str]
 
     @classmethod

@@ -1,0 +1,128 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/wts-project/wts/kernels/rng"
+	"github.com/wts-project/wts/kernels/safetensors"
+)
+
+// roundBF16 is w with every value rounded to bf16: the matrix bf16 panels
+// hold.
+func roundBF16(w []float32) []float32 {
+	out := make([]float32, len(w))
+	for i, v := range w {
+		out[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
+	}
+	return out
+}
+
+func TestPackedBF16MatchesRef(t *testing.T) { forEachKernelSet(t, testPackedBF16MatchesRef) }
+
+// Products with bf16 panels give Ref's on the rounded weights: through the
+// one-row kernels (MulAll, m < 4, with a float32 LoRA term), the tiles
+// (Mul), mc rows at a time past mc, from PackT and PackN, in a slab that
+// they fill to the half.
+func testPackedBF16MatchesRef(t *testing.T) {
+	r := rng.New(10)
+	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {2, 64, 300}, {3, 50, 257}, {4, 70, 300}, {7, 4000, 513},
+		{16, 90, 520}, {96, 33, 64}, {200, 50, 600}}
+	for _, s := range shapes {
+		m, n, k := s[0], s[1], s[2]
+		for _, ta := range []bool{false, true} {
+			name := fmt.Sprintf("m=%d n=%d k=%d ta=%v", m, n, k, ta)
+			lda := k + 1
+			arows := m
+			if ta {
+				lda, arows = m+3, k
+			}
+			a, w := randSlice(r, arows*lda), randSlice(r, n*(k+2))
+			ldc := n + 2
+			c := randSlice(r, m*ldc)
+			want := append([]float32(nil), c...)
+			Ref(ta, true, m, n, k, 0.5, a, lda, roundBF16(w), k+2, 1, want, ldc)
+			wt := make([]float32, k*(n+1))
+			for j := 0; j < n; j++ {
+				for p := 0; p < k; p++ {
+					wt[p*(n+1)+j] = w[j*(k+2)+p]
+				}
+			}
+			slab := NewSlab(PackedLen(n, k)) // room for both at half the size
+			for _, pk := range []*Packed{slab.PackTBF16(w, n, k, k+2), slab.PackNBF16(wt, k, n, n+1)} {
+				got := append([]float32(nil), c...)
+				pk.Mul(ta, m, 0.5, a, lda, 1, got, ldc)
+				closeTo(t, name+" Mul", got, want, k)
+				if ta {
+					continue
+				}
+				// MulAll with a term: the one-row kernels below 4 rows.
+				rank := 8
+				u, tb := randSlice(r, m*rank), randSlice(r, n*rank)
+				want2 := append([]float32(nil), want...)
+				Ref(false, true, m, n, rank, 0.25, u, rank, tb, rank, 1, want2, ldc)
+				got = append([]float32(nil), c...)
+				MulAll([]Product{{B: pk, M: m, Alpha: 0.5, A: a, Lda: lda, Beta: 1, C: got, Ldc: ldc,
+					Term: Term{B: PackT(tb, n, rank, rank), U: u, Ldu: rank, Alpha: 0.25}}})
+				closeTo(t, name+" MulAll", got, want2, k)
+			}
+			if len(slab.rest) > 1 {
+				t.Fatalf("%s: %d floats of the slab left", name, len(slab.rest))
+			}
+		}
+	}
+}
+
+func closeTo(t *testing.T, what string, got, want []float32, k int) {
+	t.Helper()
+	for i := range want {
+		if !(math.Abs(float64(got[i]-want[i])) <= 1e-5*float64(k+1)) {
+			t.Fatalf("%s: [%d] %v, Ref %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// BenchmarkDecodeHalf is one decode step's products (m rows) over the
+// small model's weights, packed in float32 and in bf16, through MulAll as
+// the decoder runs them: bf16 reads half the bytes.
+func BenchmarkDecodeHalf(b *testing.B) {
+	r := rng.New(1)
+	var shapes [][2]int
+	for l := 0; l < 8; l++ {
+		shapes = append(shapes, [][2]int{{512, 512}, {256, 512}, {256, 512}, {512, 512}, {1280, 512}, {1280, 512}, {512, 1280}}...)
+	}
+	shapes = append(shapes, [2]int{8192, 512})
+	floats := 0
+	for _, s := range shapes {
+		floats += s[0] * s[1]
+	}
+	for _, half := range []bool{false, true} {
+		slab := NewSlab(floats)
+		var ws []*Packed
+		for _, s := range shapes {
+			w := randSlice(r, s[0]*s[1])
+			if half {
+				ws = append(ws, slab.PackTBF16(w, s[0], s[1], s[1]))
+			} else {
+				ws = append(ws, slab.PackT(w, s[0], s[1], s[1]))
+			}
+		}
+		bytes := 4 * floats
+		if half {
+			bytes /= 2
+		}
+		for _, m := range []int{1, 16} {
+			b.Run(fmt.Sprintf("bf16=%v/m%d", half, m), func(b *testing.B) {
+				x, c := randSlice(r, m*8192), make([]float32, m*8192)
+				b.SetBytes(int64(bytes))
+				for i := 0; i < b.N; i++ {
+					for _, w := range ws {
+						MulAll([]Product{{B: w, M: m, Alpha: 1, A: x, Lda: w.K, C: c, Ldc: w.N}})
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+			})
+		}
+	}
+}
