@@ -95,30 +95,6 @@ func logprob(row []float32, target int) float64 {
 	return float64(row[target]) - mx - math.Log(s)
 }
 
-// bf16Weights is w with every base weight rounded to bf16 (norms and
-// biases kept): what the device's bf16 model computes with.
-func bf16Weights(w *model.Weights[float32]) *model.Weights[float32] {
-	r := func(x []float32) []float32 {
-		y := make([]float32, len(x))
-		for i, v := range x {
-			y[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
-		}
-		return y
-	}
-	c := *w
-	c.Embed = r(w.Embed)
-	c.LMHead = c.Embed
-	if !w.Cfg.TieEmbed {
-		c.LMHead = r(w.LMHead)
-	}
-	c.Layers = make([]model.Layer[float32], len(w.Layers))
-	for i, l := range w.Layers {
-		l.Wq, l.Wk, l.Wv, l.Wo, l.Wg, l.Wu, l.Wd = r(l.Wq), r(l.Wk), r(l.Wv), r(l.Wo), r(l.Wg), r(l.Wu), r(l.Wd)
-		c.Layers[i] = l
-	}
-	return &c
-}
-
 // adapter is a LoRA adapter on every projection and the LM head, its B
 // factors random (a fresh adapter's are zero, and would change nothing).
 func adapter(t *testing.T, c model.Config) *lora.Adapter[float32] {
@@ -168,7 +144,7 @@ func TestDecodeMatchesCPU(t *testing.T) {
 		}
 		ref := w
 		if c.bf16 {
-			ref = bf16Weights(w)
+			ref = model.RoundedBF16(w, true)
 		}
 		cpu := transformer.New(ref)
 		V, r := w.Cfg.Vocab, rng.New(5)

@@ -700,36 +700,30 @@ func (pl *rowsPlan) gemvPanels(lo, hi int) {
 // [lo, hi) of one packed k block (base, kb deep) into C; the sums of the
 // last, partial panel go to edge.
 func (pl *rowsPlan) gemvBlock(x []float32, ldx int, base []float32, kb, lo, hi int, edge *[packedGemvM][nr]float32) {
-	full := pl.p.N / nr
-	for i := 0; i < pl.m; i++ {
-		xi, y := x[i*ldx:i*ldx+kb], pl.c[i*pl.ldc:]
-		q := lo
-		for ; q+4 <= min(hi, full); q += 4 {
-			gemv64(xi, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
-		}
-		for ; q < min(hi, full); q++ {
-			gemv16(xi, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
-		}
-		if q < hi { // q == full: the partial panel
-			gemv16(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
-		}
-	}
+	gemvWalk(pl, x, ldx, base, kb, lo, hi, edge, gemv16, gemv64)
 }
 
 // gemvBlockHalf is gemvBlock over bf16 panels.
 func (pl *rowsPlan) gemvBlockHalf(x []float32, ldx int, base []uint16, kb, lo, hi int, edge *[packedGemvM][nr]float32) {
+	gemvWalk(pl, x, ldx, base, kb, lo, hi, edge, gemv16Half, gemv64Half)
+}
+
+// gemvWalk is gemvBlock with the panels' element type and their one- and
+// four-panel kernels as parameters.
+func gemvWalk[T float32 | uint16](pl *rowsPlan, x []float32, ldx int, base []T, kb, lo, hi int, edge *[packedGemvM][nr]float32,
+	one func([]float32, []T, *[nr]float32), four func([]float32, []T, *[4 * nr]float32)) {
 	full := pl.p.N / nr
 	for i := 0; i < pl.m; i++ {
 		xi, y := x[i*ldx:i*ldx+kb], pl.c[i*pl.ldc:]
 		q := lo
 		for ; q+4 <= min(hi, full); q += 4 {
-			gemv64Half(xi, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
+			four(xi, base[q*nr*kb:(q+4)*nr*kb], (*[4 * nr]float32)(y[q*nr:q*nr+4*nr]))
 		}
 		for ; q < min(hi, full); q++ {
-			gemv16Half(xi, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
+			one(xi, base[q*nr*kb:(q+1)*nr*kb], (*[nr]float32)(y[q*nr:q*nr+nr]))
 		}
 		if q < hi { // q == full: the partial panel
-			gemv16Half(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
+			one(xi, base[q*nr*kb:(q+1)*nr*kb], &edge[i])
 		}
 	}
 }

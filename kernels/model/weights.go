@@ -234,3 +234,32 @@ func (c Config) Values() int64 {
 	}
 	return n
 }
+
+// RoundedBF16 is a copy of w with every projection and the LM head rounded
+// to bf16 (nearest even), and the embeddings too when embeddings: the
+// values a base kept in bf16 computes with, for tests that hold it to a
+// float32 model.
+func RoundedBF16(w *Weights[float32], embeddings bool) *Weights[float32] {
+	r := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
+		}
+		return y
+	}
+	c := *w
+	c.Embed = append([]float32(nil), w.Embed...)
+	if embeddings {
+		c.Embed = r(w.Embed)
+	}
+	c.LMHead = r(w.LMHead)
+	if w.Cfg.TieEmbed && embeddings {
+		c.LMHead = c.Embed
+	}
+	c.Layers = make([]Layer[float32], len(w.Layers))
+	for i, l := range w.Layers {
+		l.Wq, l.Wk, l.Wv, l.Wo, l.Wg, l.Wu, l.Wd = r(l.Wq), r(l.Wk), r(l.Wv), r(l.Wo), r(l.Wg), r(l.Wu), r(l.Wd)
+		c.Layers[i] = l
+	}
+	return &c
+}

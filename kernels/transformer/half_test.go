@@ -5,31 +5,7 @@ import (
 
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/rng"
-	"github.com/wts-project/wts/kernels/safetensors"
 )
-
-// roundedCopy is w with every projection and the LM head rounded to bf16:
-// what a model made with Options{BF16: true} computes with.
-func roundedCopy(w *model.Weights[float32]) *model.Weights[float32] {
-	r := func(x []float32) []float32 {
-		y := make([]float32, len(x))
-		for i, v := range x {
-			y[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
-		}
-		return y
-	}
-	c := *w
-	c.LMHead = r(w.LMHead)
-	if w.Cfg.TieEmbed { // the lookup reads the embeddings unrounded
-		c.Embed = append([]float32(nil), w.Embed...)
-	}
-	c.Layers = make([]model.Layer[float32], len(w.Layers))
-	for i, l := range w.Layers {
-		l.Wq, l.Wk, l.Wv, l.Wo, l.Wg, l.Wu, l.Wd = r(l.Wq), r(l.Wk), r(l.Wv), r(l.Wo), r(l.Wg), r(l.Wu), r(l.Wd)
-		c.Layers[i] = l
-	}
-	return &c
-}
 
 // A model with bf16 base weights computes what a float32 model computes
 // with the same weights rounded to bf16: the training forward, its
@@ -40,7 +16,7 @@ func TestBF16WeightsMatchRounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := New(roundedCopy(w))
+		ref := New(model.RoundedBF16(w, false))
 		half := NewWith(w, Options{BF16: true})
 		_, ad := fixture(t, preset)
 		r := rng.New(4)
