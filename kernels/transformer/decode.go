@@ -214,9 +214,7 @@ func (m *Model[F]) newStep(tokens, pos []int, ar *Arena[F]) *step[F] {
 	T, D, Q, KV, I := len(tokens), c.Hidden, c.QDim(), c.KVDim(), c.Intermediate
 	s := &step[F]{x: ar.Alloc(T * D), h: ar.Alloc(T * D), q: ar.Alloc(T * Q), k: ar.Alloc(T * KV), v: ar.Alloc(T * KV),
 		attn: ar.Alloc(T * Q), g: ar.Alloc(T * I), u: ar.Alloc(T * I), rope: m.rope.Table(pos)}
-	for t, tok := range tokens {
-		copy(s.x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
-	}
+	m.embed(s.x, tokens)
 	return s
 }
 

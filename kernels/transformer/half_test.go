@@ -8,15 +8,15 @@ import (
 )
 
 // A model with bf16 base weights computes what a float32 model computes
-// with the same weights rounded to bf16: the training forward, its
-// backward, the head, prefill and decode.
+// with the same weights rounded to bf16 (its embeddings too): the training
+// forward, its backward, the head, prefill and decode.
 func TestBF16WeightsMatchRounded(t *testing.T) {
 	for _, preset := range []string{"tiny-qwen3", "small"} {
 		w, err := model.Random(model.Presets[preset], 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := New(model.RoundedBF16(w, false))
+		ref := New(model.RoundedBF16(w, true))
 		half := NewWith(w, Options{BF16: true})
 		_, ad := fixture(t, preset)
 		r := rng.New(4)

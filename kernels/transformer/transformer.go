@@ -13,6 +13,7 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/ops"
+	"github.com/wts-project/wts/kernels/safetensors"
 )
 
 // Model is a frozen base model ready to run.
@@ -21,6 +22,9 @@ type Model[F gemm.Float] struct {
 	rope *ops.Rope[F]
 	proj [][lora.NumModules]weight[F] // per layer, indexed by LoRA module
 	head weight[F]
+	// embed16 holds the embeddings [V, D] in bf16 when the model keeps its
+	// base in bf16 (W.Embed and W.LMHead are then dropped); nil otherwise.
+	embed16 []uint16
 }
 
 // New prepares weights for running. For float32 every projection and the
@@ -34,9 +38,10 @@ func New[F gemm.Float](w *model.Weights[F]) *Model[F] { return NewWith(w, Option
 
 // Options choose how New keeps the base weights.
 type Options struct {
-	// BF16 packs every base projection and the LM head in bf16 (rounded
-	// to nearest even), half the bytes, which float32 products widen as
-	// they read them (gemm.PackTBF16); float32 models only.
+	// BF16 keeps every base projection, the LM head and the embeddings in
+	// bf16 (rounded to nearest even), half the bytes, which float32
+	// products and the token lookup widen as they read them
+	// (gemm.PackTBF16); float32 models only.
 	BF16 bool
 }
 
@@ -59,7 +64,29 @@ func NewWith[F gemm.Float](w *model.Weights[F], o Options) *Model[F] {
 		}
 	}
 	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden, o.BF16)
+	if e32, ok := any(w.Embed).([]float32); ok && o.BF16 {
+		m.embed16 = make([]uint16, len(e32))
+		for i, v := range e32 {
+			m.embed16[i] = safetensors.F32ToBF16(v)
+		}
+		m.head.W, w.Embed, w.LMHead = nil, nil, nil
+	}
 	return m
+}
+
+// embed writes the embeddings of tokens into x [len(tokens), D].
+func (m *Model[F]) embed(x []F, tokens []int) {
+	D := m.W.Cfg.Hidden
+	for t, tok := range tokens {
+		row := x[t*D : (t+1)*D]
+		if m.embed16 == nil {
+			copy(row, m.W.Embed[tok*D:(tok+1)*D])
+			continue
+		}
+		for i, h := range m.embed16[tok*D : (tok+1)*D] {
+			row[i] = F(safetensors.BF16ToF32(h))
+		}
+	}
 }
 
 // frozenSlab returns room for every packed copy of a float32 model's base
@@ -102,7 +129,7 @@ func (m *Model[F]) WeightBytes() int64 {
 		}
 	}
 	add(m.head)
-	return n + int64(len(m.W.Embed))*int64(unsafe.Sizeof(F(0)))
+	return n + int64(len(m.W.Embed))*int64(unsafe.Sizeof(F(0))) + 2*int64(len(m.embed16))
 }
 
 // Cfg is the model's configuration.
@@ -215,9 +242,7 @@ func (m *Model[F]) ForwardGroups(gs []Group[F], b Batch, ar *Arena[F], backward 
 	act := ar.activations(c.Layers)
 	act.B, act.ar, act.groups, act.rope, act.backward = b, ar, rows, m.rope.Table(positions(b)), backward
 	x := ar.Take(T * D)
-	for t, tok := range b.Tokens {
-		copy(x[t*D:(t+1)*D], m.W.Embed[tok*D:(tok+1)*D])
-	}
+	m.embed(x, b.Tokens)
 	for l := range act.layers {
 		x = m.layerForward(l, &act.layers[l], act, x)
 	}
