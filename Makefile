@@ -1,7 +1,7 @@
 GO ?= go
 DATA ?= ./data
 
-.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench-train cuda cuda-bins bench run golden proto soak chaos
+.PHONY: build test vet fmt lint-openapi check-typescript golden-tokenizer hub-client bench-gemm bench-engine bench-api bench-sample bench-train wts-stamped cuda cuda-bins bench run golden proto soak chaos
 
 build:
 	$(GO) build ./...
@@ -72,11 +72,15 @@ run: build
 proto:
 	cd actors/wire && protoc --go_out=. --go_opt=paths=source_relative wire.proto
 
+# bin/wts stamped with its commit, which the benchmarks' reports name;
+# built once for all the benchmarks one make runs.
+wts-stamped:
+	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+
 # API benchmark: durable submissions/s and submit latency p50/p99 at 1, 16
 # and 64 clients against a real `wts serve`, beside a bare fasthttp handler
 # measured in the same run.
-bench-api: build
-	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+bench-api: wts-stamped
 	mkdir -p build/bench
 	GOFLAGS=-buildvcs=true $(GO) run ./bench/apibench --wts bin/wts --json build/bench/api.json
 
@@ -85,16 +89,14 @@ bench-api: build
 # open loop of Poisson arrivals over 8 adapters, and N adapters on one base
 # at once (one client each). Each writes results.json, results.md and its
 # plots under build/bench/.
-bench-sample:
-	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+bench-sample: wts-stamped
 	bin/wts bench sample --levels 1,4,16 --out build/bench/sample-closed
 	bin/wts bench sample --loop open --adapters 8 --levels 0.5,1,2 --prompt 8-64 --output 16-48 --out build/bench/sample-open
 	bin/wts bench sample --levels 1,8,64 --output 16 --out build/bench/sample-adapters
 
 # The training loop through the API beside the engine alone (`wts bench
 # train`) on the small model.
-bench-train:
-	GOFLAGS=-buildvcs=true $(GO) build -o bin/wts ./cmd/wts
+bench-train: wts-stamped
 	bin/wts bench train --out build/bench/train
 
 # Every benchmark that reports figures, from a clean build/bench, one after

@@ -188,12 +188,12 @@ func main() {
 			return time.Since(t0).Seconds()
 		}
 		// Bytes of weights read per decoded token (LM head included, the
-		// embedding row lookup not), at float32.
+		// embedding row lookup not), at 4 bytes a weight (2 in bf16).
 		elem := int64(4)
 		if *bf16 {
 			elem = 2
 		}
-		rep.WeightBytes = elem * int64(w.Cfg.ParamCount()-w.Cfg.Vocab*w.Cfg.Hidden+w.Cfg.Vocab*w.Cfg.Hidden)
+		rep.WeightBytes = elem * int64(w.Cfg.ParamCount()) // a tied head counts once
 		if !w.Cfg.TieEmbed {
 			rep.WeightBytes -= elem * int64(w.Cfg.Vocab*w.Cfg.Hidden)
 		}

@@ -30,17 +30,17 @@ import (
 
 // figures is one weight type's decode figures.
 type figures struct {
-	Weights        string  `json:"weights"`
-	Graphs         bool    `json:"cuda_graphs"`
-	WeightBytes    int64   `json:"weight_bytes_per_step"`
-	OneTokPerS     float64 `json:"decode_tokens_per_s"`
-	OneOfBound     float64 `json:"decode_fraction_of_bound"`
-	BatchTokPerS   float64 `json:"decode_batch_tokens_per_s"`
-	BatchOfBound   float64 `json:"decode_batch_fraction_of_bound"` // of streams × the one-stream bound: weights read once a step
-	Greedy         []int   `json:"greedy_tokens"`
-	GreedyAgree    int     `json:"greedy_tokens_agree_with_torch,omitempty"`
-	TorchOneRatio  float64 `json:"decode_vs_torch,omitempty"`
-	TorchBatchRate float64 `json:"batch_vs_torch,omitempty"`
+	Weights         string  `json:"weights"`
+	Graphs          bool    `json:"cuda_graphs"`
+	WeightBytes     int64   `json:"weight_bytes_per_step"`
+	OneTokPerS      float64 `json:"decode_tokens_per_s"`
+	OneOfBound      float64 `json:"decode_fraction_of_bound"`
+	BatchTokPerS    float64 `json:"decode_batch_tokens_per_s"`
+	BatchOfBound    float64 `json:"decode_batch_fraction_of_bound"` // of streams × the one-stream bound: weights read once a step
+	Greedy          []int   `json:"greedy_tokens"`
+	GreedyAgree     int     `json:"greedy_tokens_agree_with_torch,omitempty"`
+	TorchOneRatio   float64 `json:"decode_vs_torch,omitempty"`
+	TorchBatchRatio float64 `json:"batch_vs_torch,omitempty"`
 }
 
 type report struct {
@@ -131,7 +131,7 @@ func main() {
 		rep.Torch = out
 		for i := range rep.Figures {
 			f := &rep.Figures[i]
-			f.TorchOneRatio, f.TorchBatchRate = f.OneTokPerS/p.One, f.BatchTokPerS/p.Batch
+			f.TorchOneRatio, f.TorchBatchRatio = f.OneTokPerS/p.One, f.BatchTokPerS/p.Batch
 			for f.GreedyAgree < min(len(f.Greedy), len(p.Greedy)) && f.Greedy[f.GreedyAgree] == p.Greedy[f.GreedyAgree] {
 				f.GreedyAgree++
 			}
@@ -148,7 +148,7 @@ func main() {
 	fmt.Printf("| weights | CUDA graphs | one stream tokens/s | of bound | %d streams tokens/s | of bound | vs PyTorch (one; %d) | greedy tokens agreeing |\n|---|---|---|---|---|---|---|---|\n", *streams, *streams)
 	for _, f := range rep.Figures {
 		fmt.Printf("| %s | %v | %.0f | %.2f | %.0f | %.2f | %.2f×; %.2f× | %d of %d |\n", f.Weights, f.Graphs, f.OneTokPerS, f.OneOfBound, f.BatchTokPerS, f.BatchOfBound,
-			f.TorchOneRatio, f.TorchBatchRate, f.GreedyAgree, len(f.Greedy))
+			f.TorchOneRatio, f.TorchBatchRatio, f.GreedyAgree, len(f.Greedy))
 	}
 }
 

@@ -72,8 +72,17 @@ func readJSON(path string, v any) (bool, error) {
 // an error.
 func Summary(dir string) (string, error) {
 	var s summary
-	steps := []func(string, *summary) error{gemmRows, engineRows, trainRows, sampleRows, apiRows}
-	for _, step := range steps {
+	engines, err := engineReports(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := gemmRows(dir, engines, &s); err != nil {
+		return "", err
+	}
+	if err := engineRows(dir, engines, &s); err != nil {
+		return "", err
+	}
+	for _, step := range []func(string, *summary) error{trainRows, sampleRows, apiRows} {
 		if err := step(dir, &s); err != nil {
 			return "", err
 		}
@@ -82,6 +91,25 @@ func Summary(dir string) (string, error) {
 		return "", fmt.Errorf("no benchmark reports in %s", dir)
 	}
 	return s.markdown(), nil
+}
+
+// engineReports are the folder's enginebench reports, the smallest model
+// first.
+func engineReports(dir string) ([]EngineReport, error) {
+	files, err := filepath.Glob(filepath.Join(dir, EnginePattern))
+	if err != nil {
+		return nil, err
+	}
+	var reps []EngineReport
+	for _, f := range files {
+		var r EngineReport
+		if _, err := readJSON(f, &r); err != nil {
+			return nil, err
+		}
+		reps = append(reps, r)
+	}
+	sort.Slice(reps, func(i, j int) bool { return reps[i].WeightBytes < reps[j].WeightBytes })
+	return reps, nil
 }
 
 func (s *summary) markdown() string {
@@ -129,7 +157,9 @@ func span(f string, xs []float64) string {
 	return a + "–" + z
 }
 
-func gemmRows(dir string, s *summary) error {
+// gemmRows is the GEMM row; bench/run_engine.sh measures it just before
+// the engine reports, whose provenance (engines[0]) it shares.
+func gemmRows(dir string, engines []EngineReport, s *summary) error {
 	var wts, blas GEMMFigures
 	ok, err := readJSON(filepath.Join(dir, GEMMFile), &wts)
 	if err != nil || !ok {
@@ -153,40 +183,17 @@ func gemmRows(dir string, s *summary) error {
 	if hasPeer && len(theirs) > 0 {
 		peer, ratio = "OpenBLAS "+span("%.0f", theirs), span("%.2f", ratios)+"×, shape by shape"
 	}
-	s.add(engineProvenance(dir), fmt.Sprintf("fp32 GEMM GFLOP/s, %d projection shapes of the models", len(mine)),
+	p := Provenance{}
+	if len(engines) > 0 {
+		p = engines[0].Provenance
+	}
+	p.Command = "bash bench/run_engine.sh"
+	s.add(p, fmt.Sprintf("fp32 GEMM GFLOP/s, %d projection shapes of the models", len(mine)),
 		span("%.0f", mine), peer, ratio)
 	return nil
 }
 
-// engineProvenance is the first engine report's provenance: the GEMM
-// figures come from the same script's run, before it.
-func engineProvenance(dir string) Provenance {
-	files, _ := filepath.Glob(filepath.Join(dir, EnginePattern))
-	for _, f := range files {
-		var r EngineReport
-		if ok, err := readJSON(f, &r); ok && err == nil {
-			p := r.Provenance
-			p.Command = "bash bench/run_engine.sh"
-			return p
-		}
-	}
-	return Provenance{Command: "bash bench/run_engine.sh"}
-}
-
-func engineRows(dir string, s *summary) error {
-	files, err := filepath.Glob(filepath.Join(dir, EnginePattern))
-	if err != nil {
-		return err
-	}
-	var reps []EngineReport
-	for _, f := range files {
-		var r EngineReport
-		if _, err := readJSON(f, &r); err != nil {
-			return err
-		}
-		reps = append(reps, r)
-	}
-	sort.Slice(reps, func(i, j int) bool { return reps[i].WeightBytes < reps[j].WeightBytes })
+func engineRows(dir string, reps []EngineReport, s *summary) error {
 	for _, r := range reps {
 		name := filepath.Base(r.Model)
 		label := "`" + name + "`"

@@ -11,6 +11,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/wts-project/wts/kernels/kerr"
@@ -102,27 +103,21 @@ func (m *Model) weight(x []float32) (unsafe.Pointer, error) {
 		p, err := m.f32(x)
 		return unsafe.Pointer(p), err
 	}
-	h := make([]uint16, len(x))
-	for i, v := range x {
-		h[i] = safetensors.F32ToBF16(v)
-	}
+	h := safetensors.ToBF16(x)
 	return m.alloc(2*len(h), unsafe.Pointer(&h[0]))
 }
 
 // base puts base weights that read one input of in values on the device
 // as one matrix, ws[i] [outs[i], in] row after row, checking their sizes.
 func (m *Model) base(name string, in int, outs []int, ws ...[]float32) (unsafe.Pointer, error) {
-	all := ws[0]
-	if len(ws) > 1 {
-		all = nil
-	}
 	for i, w := range ws {
 		if len(w) != outs[i]*in {
 			return nil, fmt.Errorf("%w: %s has %d values, want %d×%d", kerr.ErrBadModel, name, len(w), outs[i], in)
 		}
-		if len(ws) > 1 {
-			all = append(all, w...)
-		}
+	}
+	all := ws[0]
+	if len(ws) > 1 {
+		all = slices.Concat(ws...)
 	}
 	m.WeightBytes += int64(len(all)) * m.elem()
 	return m.weight(all)
@@ -217,13 +212,11 @@ func Load(w *model.Weights[float32], ad *lora.Adapter[float32], o Options) (mod 
 	}
 	var scale float32
 	rank := 0
-	var pairs func(l int, mod lora.Module) *lora.Pair[float32]
 	if ad != nil {
 		scale, rank = ad.Scale(), ad.Cfg.Rank
 		if len(ad.Layers) != c.Layers {
 			return nil, fmt.Errorf("%w: %d layers for a model of %d", kerr.ErrBadAdapter, len(ad.Layers), c.Layers)
 		}
-		pairs = func(l int, mod lora.Module) *lora.Pair[float32] { return ad.Layers[l][mod] }
 		if err = m.lora(&cm.head_lora, ad.LMHead, rank, scale, c.Vocab, D); err != nil {
 			return nil, err
 		}
@@ -269,10 +262,10 @@ func Load(w *model.Weights[float32], ad *lora.Adapter[float32], o Options) (mod 
 		if L.o_bias, err = m.vec(name("o bias"), D, c.OBias, wl.Bo); err != nil {
 			return nil, err
 		}
-		if pairs != nil {
+		if ad != nil {
 			for mod := lora.Module(0); mod < lora.NumModules; mod++ {
 				out, in := mod.Dims(c)
-				if err = m.lora(&L.lora[mod], pairs(l, mod), rank, scale, out, in); err != nil {
+				if err = m.lora(&L.lora[mod], ad.Layers[l][mod], rank, scale, out, in); err != nil {
 					return nil, err
 				}
 			}

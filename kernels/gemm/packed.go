@@ -106,14 +106,13 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 	}
 	// bf16 panels run mc rows at a time through the tile path, which widens
 	// each panel block once for them all.
-	for i := 0; i < m || i == 0; i += mc {
-		ai := i * lda
+	for i := 0; i < m; i += mc {
+		ai := i * lda // row i of op(A): row i of A, or its column i
 		if ta {
 			ai = i
 		}
-		rows := min(mc, m-i)
-		mulFew(nil, []Product{{B: p, TransA: ta, M: rows, Alpha: alpha, A: a[min(ai, len(a)):], Lda: lda, Beta: beta,
-			C: c[min(i*ldc, len(c)):], Ldc: ldc, tiles: true}})
+		mulFew(nil, []Product{{B: p, TransA: ta, M: min(mc, m-i), Alpha: alpha, A: a[ai:], Lda: lda, Beta: beta,
+			C: c[i*ldc:], Ldc: ldc, tiles: true}})
 	}
 }
 

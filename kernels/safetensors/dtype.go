@@ -37,6 +37,15 @@ func F32ToBF16(f float32) uint16 {
 	return uint16((b + rounding) >> 16)
 }
 
+// ToBF16 rounds each of x to bfloat16 (F32ToBF16).
+func ToBF16(x []float32) []uint16 {
+	h := make([]uint16, len(x))
+	for i, v := range x {
+		h[i] = F32ToBF16(v)
+	}
+	return h
+}
+
 // F16ToF32 widens an IEEE half exactly, subnormals included.
 func F16ToF32(h uint16) float32 {
 	sign := uint32(h>>15) << 31

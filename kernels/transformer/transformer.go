@@ -65,10 +65,7 @@ func NewWith[F gemm.Float](w *model.Weights[F], o Options) *Model[F] {
 	}
 	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden, o.BF16)
 	if e32, ok := any(w.Embed).([]float32); ok && o.BF16 {
-		m.embed16 = make([]uint16, len(e32))
-		for i, v := range e32 {
-			m.embed16[i] = safetensors.F32ToBF16(v)
-		}
+		m.embed16 = safetensors.ToBF16(e32)
 		m.head.W, w.Embed, w.LMHead = nil, nil, nil
 	}
 	return m
