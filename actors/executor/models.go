@@ -28,14 +28,18 @@ func (s *node) model(name string) (*transformer.Model[float32], error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s is not in the catalog", kerr.ErrBadModel, name)
 	}
-	w, err := model.Load(entry.Dir)
+	f, err := model.Open(entry.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, err := transformer.Load(f, transformer.Options{BF16: entry.Weights == providers.WeightsBF16})
 	if err != nil {
 		return nil, err
 	}
 	if s.models.loaded == nil {
 		s.models.loaded = map[string]*transformer.Model[float32]{}
 	}
-	m := transformer.NewWith(w, transformer.Options{BF16: entry.Weights == providers.WeightsBF16})
 	s.models.loaded[name] = m
 	return m, nil
 }

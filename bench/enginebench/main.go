@@ -141,15 +141,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "enginebench: --model is required, --rounds must be at least 1, and --decode 0 or at least 2")
 		os.Exit(2)
 	}
-	w, err := model.Load(*dir)
+	f, err := model.Open(*dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	m, err := transformer.Load(f, transformer.Options{BF16: *bf16}) // as the executor loads a base
+	f.Close()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	w := m.W
 	cfg := lora.Config{Rank: *rank, Alpha: 32, Seed: 1}
 	cfg.Targets(true, true, false)
 	ad, _ := lora.New(w.Cfg, cfg)
-	m := transformer.NewWith(w, transformer.Options{BF16: *bf16})
 	z := m.Freeze(ad) // the sampling runs' adapter snapshot
 	tr := train.NewTrainer(m, ad)
 	r := rng.New(1)

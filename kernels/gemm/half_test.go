@@ -50,7 +50,7 @@ func testPackedBF16MatchesRef(t *testing.T) {
 				}
 			}
 			slab := NewSlab(PackedLen(n, k)) // room for both at half the size
-			for _, pk := range []*Packed{slab.PackTBF16(w, n, k, k+2), slab.PackNBF16(wt, k, n, n+1)} {
+			for _, pk := range []*Packed{slab.PackTBF16(safetensors.ToBF16(w), n, k, k+2), slab.PackNBF16(safetensors.ToBF16(wt), k, n, n+1)} {
 				got := append([]float32(nil), c...)
 				pk.Mul(ta, m, 0.5, a, lda, 1, got, ldc)
 				closeTo(t, name+" Mul", got, want, k)
@@ -103,7 +103,7 @@ func BenchmarkDecodeHalf(b *testing.B) {
 		for _, s := range shapes {
 			w := randSlice(r, s[0]*s[1])
 			if half {
-				ws = append(ws, slab.PackTBF16(w, s[0], s[1], s[1]))
+				ws = append(ws, slab.PackTBF16(safetensors.ToBF16(w), s[0], s[1], s[1]))
 			} else {
 				ws = append(ws, slab.PackT(w, s[0], s[1], s[1]))
 			}

@@ -66,11 +66,12 @@ func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
 
 // A bf16 panel row holds its nr columns paired, (col i, col i+nr/2) for
 // i < nr/2: the layout the AVX2 kernels split without a shuffle (see
-// kernel_amd64.s). pairBF16 writes a float32 panel row in it; bf16At reads
-// column j of one.
-func pairBF16(dst []uint16, row []float32) {
+// kernel_amd64.s). pairBF16 puts a panel row in columns order into it;
+// bf16At reads column j of one.
+func pairBF16(row *[nr]uint16) {
+	cols := *row
 	for i := 0; i < nr/2; i++ {
-		dst[2*i], dst[2*i+1] = safetensors.F32ToBF16(row[i]), safetensors.F32ToBF16(row[i+nr/2])
+		row[2*i], row[2*i+1] = cols[i], cols[i+nr/2]
 	}
 }
 

@@ -40,57 +40,70 @@ func PackT(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackT(w, n,
 // PackN packs B = W for w [k, n] (row-major, row stride ldw).
 func PackN(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackN(w, k, n, ldw) }
 
-// PackTBF16 packs B = Wᵀ for w [n, k] in bf16 (rounded to nearest even).
-func PackTBF16(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackTBF16(w, n, k, ldw) }
+// PackTBF16 packs B = Wᵀ for h [n, k], bf16 values (row-major, row stride
+// ldh), as they are: a bf16 checkpoint's weights go in without a float32
+// copy.
+func PackTBF16(h []uint16, n, k, ldh int) *Packed { return (*Slab)(nil).PackTBF16(h, n, k, ldh) }
 
-// PackNBF16 packs B = W for w [k, n] in bf16.
-func PackNBF16(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackNBF16(w, k, n, ldw) }
+// PackNBF16 packs B = W for h [k, n], bf16 values.
+func PackNBF16(h []uint16, k, n, ldh int) *Packed { return (*Slab)(nil).PackNBF16(h, k, n, ldh) }
 
 // PackT is the package's PackT with the panels stored in s (nil: their own
 // allocation).
-func (s *Slab) PackT(w []float32, n, k, ldw int) *Packed { return s.pack(true, false, w, n, k, ldw) }
+func (s *Slab) PackT(w []float32, n, k, ldw int) *Packed {
+	p := newPacked(n, k)
+	p.data = s.take(PackedLen(n, k))
+	fillPanels(p, p.data, true, w, ldw)
+	return p
+}
 
 // PackN is the package's PackN with the panels stored in s.
-func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed { return s.pack(false, false, w, n, k, ldw) }
+func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed {
+	p := newPacked(n, k)
+	p.data = s.take(PackedLen(n, k))
+	fillPanels(p, p.data, false, w, ldw)
+	return p
+}
 
 // PackTBF16 is the package's PackTBF16 with the panels stored in s, which
 // they take half as much of (PackedLen(n, k)/2 floats, rounded up).
-func (s *Slab) PackTBF16(w []float32, n, k, ldw int) *Packed { return s.pack(true, true, w, n, k, ldw) }
+func (s *Slab) PackTBF16(h []uint16, n, k, ldh int) *Packed { return s.packHalf(true, h, n, k, ldh) }
 
 // PackNBF16 is the package's PackNBF16 with the panels stored in s.
-func (s *Slab) PackNBF16(w []float32, k, n, ldw int) *Packed {
-	return s.pack(false, true, w, n, k, ldw)
+func (s *Slab) PackNBF16(h []uint16, k, n, ldh int) *Packed { return s.packHalf(false, h, n, k, ldh) }
+
+func (s *Slab) packHalf(tb bool, h []uint16, n, k, ldh int) *Packed {
+	p := newPacked(n, k)
+	p.half = s.takeHalf(PackedLen(n, k))
+	fillPanels(p, p.half, tb, h, ldh)
+	// Then pair each panel row's columns for the vector unit (pairBF16).
+	par.For(len(p.half)/nr, 4096, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			pairBF16((*[nr]uint16)(p.half[r*nr:]))
+		}
+	})
+	return p
 }
 
-func (s *Slab) pack(tb, bf16 bool, w []float32, n, k, ldw int) *Packed {
-	panels := (n + nr - 1) / nr
+func newPacked(n, k int) *Packed {
 	p := &Packed{N: n, K: k}
 	for pc := 0; pc < k; pc += kc {
-		p.blocks = append(p.blocks, pc*panels*nr)
-	}
-	if bf16 {
-		p.half = s.takeHalf(PackedLen(n, k))
-	} else {
-		p.data = s.take(PackedLen(n, k))
-	}
-	for bi, pc := 0, 0; pc < k; bi, pc = bi+1, pc+kc {
-		kb := min(kc, k-pc)
-		par.For(panels, 8, func(lo, hi int) {
-			if !bf16 {
-				packPanels(tb, w, ldw, pc, kb, 0, n, lo, hi, p.data[p.blocks[bi]:])
-				return
-			}
-			// Each worker packs its panels in float32, then rounds them.
-			buf := getBuf((hi - lo) * nr * kb)
-			packPanels(tb, w, ldw, pc, kb, lo*nr, n-lo*nr, 0, hi-lo, *buf)
-			dst := p.half[p.blocks[bi]+lo*nr*kb:]
-			for r := 0; r < (hi-lo)*nr*kb; r += nr {
-				pairBF16(dst[r:r+nr], (*buf)[r:r+nr])
-			}
-			packPool.Put(buf)
-		})
+		p.blocks = append(p.blocks, pc*((n+nr-1)/nr)*nr)
 	}
 	return p
+}
+
+// fillPanels packs op(B) (Wᵀ of w [n, k] when tb, else w [k, n] itself)
+// into dst in p's layout.
+func fillPanels[T float32 | uint16](p *Packed, dst []T, tb bool, w []T, ldw int) {
+	panels := (p.N + nr - 1) / nr
+	for bi := range p.blocks {
+		pc := bi * kc
+		kb := min(kc, p.K-pc)
+		par.For(panels, 8, func(lo, hi int) {
+			packPanels(tb, w, ldw, pc, kb, 0, p.N, lo, hi, dst[p.blocks[bi]:])
+		})
+	}
 }
 
 // Mul computes C = alpha·op(A)·B + beta·C for op(A) [m, K] (A transposed

@@ -448,13 +448,13 @@ func packA(ta bool, a []float32, lda, i0, mb, p0, kb int, alpha float32, dst []f
 // panel q at dst[q·nr·kb:], each as packB lays it out. A row-major op(B)
 // (tb false) is read row by row across all the whole panels, so the reads
 // stream; panel by panel, each 64-byte piece came from another row.
-func packPanels(tb bool, b []float32, ldb, p0, kb, j0, nb, lo, hi int, dst []float32) {
+func packPanels[T float32 | uint16](tb bool, b []T, ldb, p0, kb, j0, nb, lo, hi int, dst []T) {
 	if !tb {
 		full := min(hi, nb/nr) // panels with all nr columns
 		for p := 0; p < kb && lo < full; p++ {
 			row := b[(p0+p)*ldb+j0:]
 			for q := lo; q < full; q++ {
-				*(*[nr]float32)(dst[q*nr*kb+p*nr:]) = [nr]float32(row[q*nr:])
+				*(*[nr]T)(dst[q*nr*kb+p*nr:]) = [nr]T(row[q*nr:])
 			}
 		}
 		lo = max(lo, full)
@@ -466,7 +466,7 @@ func packPanels(tb bool, b []float32, ldb, p0, kb, j0, nb, lo, hi int, dst []flo
 
 // packB copies op(B)[p0:p0+kb, j0:j0+nw] into one nr-column panel laid out
 // p-major (dst[p][j]), zero-padding missing columns.
-func packB(tb bool, b []float32, ldb, p0, kb, j0, nw int, dst []float32) {
+func packB[T float32 | uint16](tb bool, b []T, ldb, p0, kb, j0, nw int, dst []T) {
 	dst = dst[:kb*nr]
 	if !tb {
 		for p := 0; p < kb; p++ {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/wts-project/wts/kernels/gemm"
@@ -106,6 +107,46 @@ var ErrBadModel = kerr.ErrBadModel
 // Load reads an HF model folder: config.json plus model.safetensors, or shards
 // listed by model.safetensors.index.json.
 func Load(dir string) (*Weights[float32], error) {
+	f, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	for _, sp := range f.W.specs() {
+		if sp.init == initLinear {
+			if err := f.Read(sp.dst); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if f.W.Cfg.TieEmbed {
+		f.W.LMHead = f.W.Embed
+	}
+	return f.W, nil
+}
+
+// Folder is an open model folder. Open checks every tensor the config
+// calls for and reads the small ones (norms, biases); the matrices
+// (projections, embeddings, head) stay on disk until Read or ReadBF16 asks
+// for one, so a loader can pack each as it comes and never hold a float32
+// copy of the whole model.
+type Folder struct {
+	// W holds the config and the small tensors; its matrices are nil until
+	// read.
+	W     *Weights[float32]
+	dir   string
+	files []*safetensors.File
+	at    map[*[]float32]tensorAt
+}
+
+// tensorAt is where one of W's slices lives on disk.
+type tensorAt struct {
+	name string
+	file *safetensors.File
+}
+
+// Open opens the model folder dir (see Load).
+func Open(dir string) (*Folder, error) {
 	cfgBytes, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadModel, err)
@@ -118,36 +159,75 @@ func Load(dir string) (*Weights[float32], error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+	f := &Folder{W: &Weights[float32]{Cfg: cfg}, dir: dir, files: files, at: map[*[]float32]tensorAt{}}
 	where := map[string]*safetensors.File{}
-	for _, f := range files {
-		for name := range f.Tensors {
-			where[name] = f
+	for _, sf := range files {
+		for name := range sf.Tensors {
+			where[name] = sf
 		}
 	}
-	w := &Weights[float32]{Cfg: cfg}
-	for _, sp := range w.specs() {
-		f, ok := where[sp.name]
+	for _, sp := range f.W.specs() {
+		sf, ok := where[sp.name]
 		if !ok {
+			f.Close()
 			return nil, fmt.Errorf("%w: %s: tensor %s is missing", ErrBadModel, dir, sp.name)
 		}
-		data, shape, err := f.Float32(sp.name)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadModel, err)
-		}
-		if !equalShape(shape, sp.shape) {
+		if shape := sf.Tensors[sp.name].Shape; !slices.Equal(shape, sp.shape) {
+			f.Close()
 			return nil, fmt.Errorf("%w: %s has shape %v, config implies %v", ErrBadModel, sp.name, shape, sp.shape)
 		}
-		*sp.dst = data
+		f.at[sp.dst] = tensorAt{sp.name, sf}
+		if sp.init != initLinear {
+			if err := f.Read(sp.dst); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
 	}
-	if cfg.TieEmbed {
-		w.LMHead = w.Embed
+	return f, nil
+}
+
+// Read fills dst, one of f.W's slices, from disk, widened to float32.
+func (f *Folder) Read(dst *[]float32) error {
+	t, err := f.tensor(dst)
+	if err != nil {
+		return err
 	}
-	return w, nil
+	data, _, err := t.file.Float32(t.name)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadModel, err)
+	}
+	*dst = data
+	return nil
+}
+
+// ReadBF16 reads the tensor that belongs in dst, one of f.W's slices, as
+// bf16 (safetensors.File.BF16), leaving dst as it is.
+func (f *Folder) ReadBF16(dst *[]float32) ([]uint16, error) {
+	t, err := f.tensor(dst)
+	if err != nil {
+		return nil, err
+	}
+	data, _, err := t.file.BF16(t.name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadModel, err)
+	}
+	return data, nil
+}
+
+func (f *Folder) tensor(dst *[]float32) (tensorAt, error) {
+	t, ok := f.at[dst]
+	if !ok {
+		return t, fmt.Errorf("%w: %s: no tensor belongs in that slice", ErrBadModel, f.dir)
+	}
+	return t, nil
+}
+
+// Close closes the folder's files; the tensors read stay.
+func (f *Folder) Close() {
+	for _, sf := range f.files {
+		sf.Close()
+	}
 }
 
 func openShards(dir string) ([]*safetensors.File, error) {
@@ -182,18 +262,6 @@ func openShards(dir string) ([]*safetensors.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Float64 returns a float64 copy, for the finite-difference reference path.

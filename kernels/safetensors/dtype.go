@@ -5,8 +5,8 @@ import "math"
 // DType names a tensor element type as the safetensors header spells it.
 type DType string
 
-// The element types a model folder may hold. Weights are always widened to
-// float32 in memory; the narrow types only live on disk.
+// The element types a model folder may hold. A base kept in bf16 reads its
+// weights as bf16 (File.BF16); everything else widens to float32.
 const (
 	F32  DType = "F32"
 	BF16 DType = "BF16"

@@ -11,7 +11,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/wts-project/wts/kernels/kerr"
 )
@@ -127,17 +129,85 @@ func (s *File) Float32(name string) ([]float32, []int, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%q: %w", name, ErrNotFound)
 	}
-	buf := make([]byte, info.DataOffsets[1]-info.DataOffsets[0])
-	if _, err := s.f.ReadAt(buf, s.dataBase+info.DataOffsets[0]); err != nil {
-		return nil, nil, fmt.Errorf("reading %q: %w", name, err)
+	out := make([]float32, info.Elements())
+	if info.DType == F32 && littleEndian {
+		return out, info.Shape, s.readRaw(name, info, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), 4*len(out)))
 	}
-	return Decode(info.DType, buf), info.Shape, nil
+	err := s.read(name, info, func(at int, raw []byte) { decodeInto(info.DType, raw, out[at:]) })
+	return out, info.Shape, err
+}
+
+// BF16 reads a tensor as bfloat16: a BF16 tensor as it is stored, any
+// other rounded to nearest even, without a float32 copy of the whole.
+func (s *File) BF16(name string) ([]uint16, []int, error) {
+	info, ok := s.Tensors[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%q: %w", name, ErrNotFound)
+	}
+	out := make([]uint16, info.Elements())
+	if info.DType == BF16 && littleEndian {
+		return out, info.Shape, s.readRaw(name, info, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), 2*len(out)))
+	}
+	var wide []float32
+	err := s.read(name, info, func(at int, raw []byte) {
+		dst := out[at : at+len(raw)/info.DType.Size()]
+		if info.DType == BF16 {
+			for i := range dst {
+				dst[i] = binary.LittleEndian.Uint16(raw[2*i:])
+			}
+			return
+		}
+		wide = slices.Grow(wide[:0], len(dst))[:len(dst)]
+		decodeInto(info.DType, raw, wide)
+		for i, v := range wide {
+			dst[i] = F32ToBF16(v)
+		}
+	})
+	return out, info.Shape, err
+}
+
+// littleEndian is whether this machine stores values as the format does,
+// so that a tensor of the type wanted reads straight into its destination.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// readRaw reads tensor name's bytes into dst, which is their size.
+func (s *File) readRaw(name string, info Info, dst []byte) error {
+	if _, err := s.f.ReadAt(dst, s.dataBase+info.DataOffsets[0]); err != nil {
+		return fmt.Errorf("reading %q: %w", name, err)
+	}
+	return nil
+}
+
+// readChunk bounds the bytes read at once, so that reading a tensor costs
+// its destination and no second copy of it.
+const readChunk = 1 << 20
+
+// read hands tensor name's raw bytes to fn a whole number of elements at a
+// time, with the index of the first.
+func (s *File) read(name string, info Info, fn func(at int, raw []byte)) error {
+	size := info.DType.Size()
+	buf := make([]byte, min(readChunk, info.DataOffsets[1]-info.DataOffsets[0]))
+	for off := info.DataOffsets[0]; off < info.DataOffsets[1]; {
+		n := min(int64(len(buf)), info.DataOffsets[1]-off)
+		if _, err := s.f.ReadAt(buf[:n], s.dataBase+off); err != nil {
+			return fmt.Errorf("reading %q: %w", name, err)
+		}
+		fn(int(off-info.DataOffsets[0])/size, buf[:n])
+		off += n
+	}
+	return nil
 }
 
 // Decode widens raw little-endian elements of type d to float32.
 func Decode(d DType, buf []byte) []float32 {
-	n := len(buf) / d.Size()
-	out := make([]float32, n)
+	out := make([]float32, len(buf)/d.Size())
+	decodeInto(d, buf, out)
+	return out
+}
+
+// decodeInto widens buf's elements into out[:len(buf)/d.Size()].
+func decodeInto(d DType, buf []byte, out []float32) {
+	out = out[:len(buf)/d.Size()]
 	switch d {
 	case F32:
 		for i := range out {
@@ -152,7 +222,6 @@ func Decode(d DType, buf []byte) []float32 {
 			out[i] = F16ToF32(binary.LittleEndian.Uint16(buf[2*i:]))
 		}
 	}
-	return out
 }
 
 // Tensor is one tensor to write.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/wts-project/wts/kernels/kerr"
@@ -49,6 +50,49 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, _, err := f.Float32("missing"); err == nil {
 		t.Fatal("missing tensor read without error")
+	}
+}
+
+// Tensors larger than one read chunk come back whole, as float32 and as
+// bf16: a BF16 tensor's stored values, any other's rounded from what
+// Float32 reads.
+func TestReadBF16(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "m.safetensors")
+	vals := make([]float32, readChunk/4*3+5) // three chunks and a piece, even as F32
+	for i := range vals {
+		vals[i] = float32(math.Sin(float64(i))) * float32(1+i%7)
+	}
+	in := []Tensor{
+		{Name: "f32", DType: F32, Shape: []int{len(vals)}, Data: vals},
+		{Name: "bf16", DType: BF16, Shape: []int{len(vals)}, Data: vals},
+		{Name: "f16", DType: F16, Shape: []int{len(vals)}, Data: vals},
+	}
+	if err := Write(p, in, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tt := range in {
+		wide, _, err := f.Float32(tt.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := Decode(tt.DType, Encode(tt.DType, vals)); !slices.Equal(wide, want) {
+			t.Fatalf("%s: Float32 differs from the stored values", tt.Name)
+		}
+		half, shape, err := f.BF16(tt.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(shape, tt.Shape) || !slices.Equal(half, ToBF16(wide)) {
+			t.Fatalf("%s: BF16 is not the stored values rounded (shape %v)", tt.Name, shape)
+		}
+	}
+	if _, _, err := f.BF16("missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing tensor: %v", err)
 	}
 }
 

@@ -1,10 +1,13 @@
 package transformer
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/rng"
+	"github.com/wts-project/wts/kernels/safetensors"
 )
 
 // A model with bf16 base weights computes what a float32 model computes
@@ -67,5 +70,68 @@ func TestBF16WeightsMatchRounded(t *testing.T) {
 			half.Logits(z2, o2, 1, nil, func(_ int, row []float32) { copy(l2, row) })
 			near(t, preset+" logits", l2, l1, 1e-5)
 		}
+	}
+}
+
+// Load reads a folder's matrices one at a time as it packs them: a bf16
+// checkpoint kept in bf16 (tied head or not) computes what a float32 model
+// of the same values does, and loading it allocates its packed weights and
+// the bf16 tensors read, never a float32 copy of the model (which the
+// bound below would not hold). A float32 folder loads as model.Load does.
+func TestLoadFolder(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		tied   bool
+		dtype  safetensors.DType
+		bf16   bool
+	}{{"small", true, safetensors.BF16, true}, {"tiny-qwen3", false, safetensors.BF16, true},
+		{"tiny-qwen3", false, safetensors.F32, true}, {"tiny-qwen3", false, safetensors.F32, false}} {
+		cfg := model.Presets[tc.preset]
+		cfg.TieEmbed = tc.tied
+		w, err := model.Random(cfg, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := w.Save(dir, tc.dtype); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%s tied=%v %s bf16=%v", tc.preset, tc.tied, tc.dtype, tc.bf16)
+		f, err := model.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		m, err := Load(f, Options{BF16: tc.bf16})
+		runtime.ReadMemStats(&after)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bound := uint64(m.WeightBytes() + 3*cfg.Values()); tc.dtype == safetensors.BF16 && after.TotalAlloc-before.TotalAlloc > bound {
+			t.Fatalf("%s: loading allocated %d bytes, past %d", name, after.TotalAlloc-before.TotalAlloc, bound)
+		}
+		ref, err := model.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.bf16 {
+			ref = model.RoundedBF16(ref, true)
+		}
+		want, got := New(ref), m
+		toks := randTokens(rng.New(6), 50, cfg.Vocab)
+		a1, err := want.Infer(nil, Pack([][]int{toks}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a2, err := got.Infer(nil, Pack([][]int{toks}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l1, l2 := make([]float32, cfg.Vocab*len(toks)), make([]float32, cfg.Vocab*len(toks))
+		want.Logits(nil, a1.Hidden, len(toks), nil, func(i int, row []float32) { copy(l1[i*cfg.Vocab:], row) })
+		got.Logits(nil, a2.Hidden, len(toks), nil, func(i int, row []float32) { copy(l2[i*cfg.Vocab:], row) })
+		near(t, name+" logits", l2, l1, 1e-5)
 	}
 }

@@ -44,17 +44,13 @@ func newWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int) weight[F] {
 }
 
 // newFrozenWeight wraps a base model's W [out, in]; for float32 it is also
-// packed as W for the input gradient, both in bf16 when bf16.
-func newFrozenWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int, bf16 bool) weight[F] {
-	w32, ok := any(W).([]float32)
-	if !ok || !bf16 {
-		w := newWeight(s, W, out, in)
-		if w.packed != nil {
-			w.grad = s.PackN(w32, out, in, in)
-		}
-		return w
+// packed as W for the input gradient.
+func newFrozenWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int) weight[F] {
+	w := newWeight(s, W, out, in)
+	if w.packed != nil {
+		w.grad = s.PackN(any(W).([]float32), out, in, in)
 	}
-	return weight[F]{W: W, packed: s.PackTBF16(w32, out, in, in), grad: s.PackNBF16(w32, out, in, in)}
+	return w
 }
 
 // mul computes y = alpha·x·Wᵀ + beta·y for x [T, in], y [T, out].

@@ -47,28 +47,109 @@ type Options struct {
 
 // NewWith is New with options.
 func NewWith[F gemm.Float](w *model.Weights[F], o Options) *Model[F] {
+	m, err := build(w, o, inMemory[F]{})
+	if err != nil {
+		panic(err) // inMemory reads nothing, so it cannot fail
+	}
+	return m
+}
+
+// Load builds a float32 model from an open folder, reading each matrix as
+// it packs it: a base kept in bf16 reads them as bf16
+// (model.Folder.ReadBF16) and never holds a float32 copy of its weights;
+// a float32 one holds each projection only until it is packed.
+func Load(f *model.Folder, o Options) (*Model[float32], error) { return build(f.W, o, folder{f}) }
+
+// source gives build the base's matrices, w's slices: in memory already, or
+// read from a folder as they are packed.
+type source[F gemm.Float] interface {
+	// read fills *dst.
+	read(dst *[]F) error
+	// half returns *dst's values in bf16 (float32 models only).
+	half(dst *[]F) ([]uint16, error)
+}
+
+type inMemory[F gemm.Float] struct{}
+
+func (inMemory[F]) read(*[]F) error { return nil }
+
+func (inMemory[F]) half(dst *[]F) ([]uint16, error) {
+	return safetensors.ToBF16(any(*dst).([]float32)), nil
+}
+
+type folder struct{ f *model.Folder }
+
+func (s folder) read(dst *[]float32) error { return s.f.Read(dst) }
+
+func (s folder) half(dst *[]float32) ([]uint16, error) { return s.f.ReadBF16(dst) }
+
+func build[F gemm.Float](w *model.Weights[F], o Options, src source[F]) (*Model[F], error) {
 	m := &Model[F]{W: w, rope: ops.NewRope[F](ops.InvFreq(w.Cfg)), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
 	c := w.Cfg
-	slab := frozenSlab[F](c, o.BF16)
+	_, f32 := any(F(0)).(float32)
+	bf16 := o.BF16 && f32
+	slab := frozenSlab[F](c, bf16)
+	// frozen packs the matrix at W [out, in] and drops it from w, where
+	// nothing reads it after (float64 models pack nothing and keep it).
+	frozen := func(W *[]F, out, in int) (weight[F], error) {
+		if bf16 {
+			h, err := src.half(W)
+			if err != nil {
+				return weight[F]{}, err
+			}
+			*W = nil
+			return weight[F]{packed: slab.PackTBF16(h, out, in, in), grad: slab.PackNBF16(h, out, in, in)}, nil
+		}
+		if err := src.read(W); err != nil {
+			return weight[F]{}, err
+		}
+		pw := newFrozenWeight(slab, *W, out, in)
+		if pw.packed != nil {
+			pw.W, *W = nil, nil
+		}
+		return pw, nil
+	}
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		mats := [lora.NumModules]*[]F{lora.Q: &L.Wq, lora.K: &L.Wk, lora.V: &L.Wv, lora.O: &L.Wo,
 			lora.Gate: &L.Wg, lora.Up: &L.Wu, lora.Down: &L.Wd}
 		for mod, W := range mats {
 			out, in := lora.Module(mod).Dims(c)
-			pw := newFrozenWeight(slab, *W, out, in, o.BF16)
-			if pw.packed != nil {
-				pw.W, *W = nil, nil
+			pw, err := frozen(W, out, in)
+			if err != nil {
+				return nil, err
 			}
 			m.proj[l][mod] = pw
 		}
 	}
-	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden, o.BF16)
-	if e32, ok := any(w.Embed).([]float32); ok && o.BF16 {
-		m.embed16 = safetensors.ToBF16(e32)
-		m.head.W, w.Embed, w.LMHead = nil, nil, nil
+	if bf16 {
+		// The embeddings stay in bf16 too, and so does the head, packed from
+		// them when tied.
+		e, err := src.half(&w.Embed)
+		if err != nil {
+			return nil, err
+		}
+		m.embed16 = e
+		if c.TieEmbed {
+			m.head = weight[F]{packed: slab.PackTBF16(e, c.Vocab, c.Hidden, c.Hidden), grad: slab.PackNBF16(e, c.Vocab, c.Hidden, c.Hidden)}
+		} else if m.head, err = frozen(&w.LMHead, c.Vocab, c.Hidden); err != nil {
+			return nil, err
+		}
+		w.Embed, w.LMHead = nil, nil
+		return m, nil
 	}
-	return m
+	// The head keeps its float32 matrix: tied models share it with the
+	// embeddings.
+	if err := src.read(&w.Embed); err != nil {
+		return nil, err
+	}
+	if c.TieEmbed {
+		w.LMHead = w.Embed
+	} else if err := src.read(&w.LMHead); err != nil {
+		return nil, err
+	}
+	m.head = newFrozenWeight(slab, w.LMHead, c.Vocab, c.Hidden)
+	return m, nil
 }
 
 // embed writes the embeddings of tokens into x [len(tokens), D].
