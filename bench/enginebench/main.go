@@ -141,6 +141,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "enginebench: --model is required, --rounds must be at least 1, and --decode 0 or at least 2")
 		os.Exit(2)
 	}
+	start := time.Now()
 	f, err := model.Open(*dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -152,6 +153,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	load := harness.BaseLoad{Seconds: time.Since(start).Seconds(), PeakRSSBytes: peakRSS(), ResidentBytes: m.WeightBytes()}
 	w := m.W
 	cfg := lora.Config{Rank: *rank, Alpha: 32, Seed: 1}
 	cfg.Targets(true, true, false)
@@ -167,7 +169,7 @@ func main() {
 		}
 		data = append(data, train.Datum{ModelInput: toks[:*seq], Loss: loss.Inputs{TargetTokens: toks[1:]}})
 	}
-	rep := harness.EngineReport{Engine: "wts", Weights: "f32", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Provenance: harness.Begin()}
+	rep := harness.EngineReport{Engine: "wts", Weights: "f32", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Load: load, Provenance: harness.Begin()}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
 			_, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
@@ -238,6 +240,22 @@ func main() {
 	rep.Describe("enginebench " + strings.Join(os.Args[1:], " "))
 	out, _ := json.MarshalIndent(rep, "", "  ")
 	fmt.Println(string(out))
+}
+
+// peakRSS is the process's peak resident memory so far (Linux's VmHWM), 0
+// where /proc does not tell.
+func peakRSS() int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // check ends the benchmark on an engine error: a figure measured around a

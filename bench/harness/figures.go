@@ -6,19 +6,20 @@ package harness
 // EngineReport is what bench/enginebench prints for one model: the
 // engine's forward_backward and decode figures, and its decode peers'.
 type EngineReport struct {
-	Engine         string  `json:"engine"`
-	Weights        string  `json:"base_weights,omitempty"` // f32 or bf16
-	Model          string  `json:"model"`
-	Threads        int     `json:"threads"`
-	Tokens         int     `json:"tokens_per_step"`
-	FwdBwdTokPerS  float64 `json:"fwd_bwd_tokens_per_s,omitempty"`
-	DecodeTokPerS  float64 `json:"decode_tokens_per_s,omitempty"`
-	BoundTokPerS   float64 `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
-	Batch16TokPerS float64 `json:"decode_batch16_tokens_per_s,omitempty"`
-	WeightBytes    int64   `json:"weight_bytes_per_token,omitempty"`
-	BandwidthGBps  float64 `json:"measured_bandwidth_gb_per_s,omitempty"`
-	DecodeOfBound  float64 `json:"decode_fraction_of_bound,omitempty"`
-	Batch16Speedup float64 `json:"decode_batch16_speedup,omitempty"`
+	Engine         string   `json:"engine"`
+	Weights        string   `json:"base_weights,omitempty"` // f32 or bf16
+	Model          string   `json:"model"`
+	Threads        int      `json:"threads"`
+	Tokens         int      `json:"tokens_per_step"`
+	FwdBwdTokPerS  float64  `json:"fwd_bwd_tokens_per_s,omitempty"`
+	DecodeTokPerS  float64  `json:"decode_tokens_per_s,omitempty"`
+	BoundTokPerS   float64  `json:"decode_bandwidth_bound_tokens_per_s,omitempty"`
+	Batch16TokPerS float64  `json:"decode_batch16_tokens_per_s,omitempty"`
+	WeightBytes    int64    `json:"weight_bytes_per_token,omitempty"`
+	BandwidthGBps  float64  `json:"measured_bandwidth_gb_per_s,omitempty"`
+	DecodeOfBound  float64  `json:"decode_fraction_of_bound,omitempty"`
+	Batch16Speedup float64  `json:"decode_batch16_speedup,omitempty"`
+	Load           BaseLoad `json:"load"`
 	// LlamaCpp is the llama.cpp peer on the same weights, by the GGUF's
 	// element type; PyTorch the PyTorch peer; Ratios wts's decode figures
 	// over theirs.
@@ -26,6 +27,15 @@ type EngineReport struct {
 	PyTorch  *DecodePeer            `json:"pytorch_decode,omitempty"`
 	Ratios   map[string]float64     `json:"ratios,omitempty"`
 	Provenance
+}
+
+// BaseLoad is what loading the base took, as the executor loads one:
+// wall time, the process's peak resident memory by the end of it, and the
+// memory the loaded weights take (transformer.Model.WeightBytes).
+type BaseLoad struct {
+	Seconds       float64 `json:"seconds"`
+	PeakRSSBytes  int64   `json:"peak_rss_bytes,omitempty"`
+	ResidentBytes int64   `json:"resident_weight_bytes"`
 }
 
 // DecodePeer is what a decode peer prints: bench/llamacpp/decode.mjs or

@@ -199,6 +199,7 @@ func engineRows(dir string, reps []EngineReport, s *summary) error {
 		label := "`" + name + "`"
 		if r.Weights == "bf16" {
 			label += ", bf16 weights"
+			loadRow(r, label, reps, s)
 		}
 		if r.FwdBwdTokPerS > 0 {
 			var t TorchTrain
@@ -228,6 +229,30 @@ func engineRows(dir string, reps []EngineReport, s *summary) error {
 		}
 	}
 	return nil
+}
+
+// loadRow is a bf16 base's memory beside the float32 one's of the same
+// model, when the run loaded both.
+func loadRow(r EngineReport, label string, reps []EngineReport, s *summary) {
+	if r.Load.ResidentBytes == 0 {
+		return
+	}
+	gb := func(b int64) string { return fmt.Sprintf("%.2f GB", float64(b)/1e9) }
+	mine := gb(r.Load.ResidentBytes)
+	if r.Load.PeakRSSBytes > 0 {
+		mine += fmt.Sprintf(" (loading: %.1f s, peak RSS %s)", r.Load.Seconds, gb(r.Load.PeakRSSBytes))
+	}
+	peer, ratio := "(not run)", ""
+	for _, f := range reps {
+		if f.Model == r.Model && f.Weights == "f32" && f.Load.ResidentBytes > 0 {
+			peer = "float32 " + gb(f.Load.ResidentBytes)
+			if f.Load.PeakRSSBytes > 0 {
+				peer += fmt.Sprintf(" (loading: %.1f s, peak RSS %s)", f.Load.Seconds, gb(f.Load.PeakRSSBytes))
+			}
+			ratio = fmt.Sprintf("%.2f×", float64(r.Load.ResidentBytes)/float64(f.Load.ResidentBytes))
+		}
+	}
+	s.add(r.Provenance, "base weights in memory, "+label, mine, peer, ratio)
 }
 
 // num is a rate as a table shows it: whole numbers, grouped in thousands,

@@ -32,12 +32,15 @@ func TestSummary(t *testing.T) {
 	prov := Provenance{Machine: "cpu, 2 logical cores", Commit: "abc", Command: "enginebench --model small", Started: "2026-01-01T00:00:00Z"}
 	writeJSON(t, filepath.Join(dir, GEMMFile), GEMMFigures{GFLOPS: map[string]float64{"512x512x512": 100, "1024x1024x1024": 90}})
 	writeJSON(t, filepath.Join(dir, OpenBLASFile), GEMMFigures{GFLOPS: map[string]float64{"512x512x512": 125, "1024x1024x1024": 90}})
-	writeJSON(t, filepath.Join(dir, "engine-small.json"), EngineReport{Model: "data/small", Tokens: 512, FwdBwdTokPerS: 700,
+	writeJSON(t, filepath.Join(dir, "engine-small.json"), EngineReport{Model: "data/small", Weights: "f32", Tokens: 512, FwdBwdTokPerS: 700,
+		Load: BaseLoad{Seconds: 2, PeakRSSBytes: 1.6e9, ResidentBytes: 1e9},
 		DecodeTokPerS: 180, DecodeOfBound: 0.85, Batch16TokPerS: 1600, Batch16Speedup: 8.9, WeightBytes: 10,
 		LlamaCpp: map[string]*DecodePeer{"f32": {DecodeTokPerS: 90, Batch16TokPerS: 160, Greedy: []int{1, 2}, GreedyAgree: 2},
 			"f16": {DecodeTokPerS: 120, Batch16TokPerS: 200, Greedy: []int{1, 2}, GreedyAgree: 1}},
 		Ratios:     map[string]float64{"decode_vs_llamacpp_f32": 2, "decode_vs_llamacpp_f16": 1.5, "batch16_vs_llamacpp_f32": 10, "batch16_vs_llamacpp_f16": 8},
 		Provenance: prov})
+	writeJSON(t, filepath.Join(dir, "engine-small-bf16.json"), EngineReport{Model: "data/small", Weights: "bf16",
+		Load: BaseLoad{Seconds: 1, PeakRSSBytes: 0.8e9, ResidentBytes: 0.5e9}, Provenance: prov})
 	writeJSON(t, filepath.Join(dir, "torch-train-small.json"), TorchTrain{Threads: 1, FwdBwdTokPerS: 560})
 	p2 := prov
 	p2.Commit, p2.Command = "def", "wts bench train"
@@ -56,6 +59,7 @@ func TestSummary(t *testing.T) {
 		"| LoRA forward_backward tokens/s, `small`, 512 tokens a step | 700 | PyTorch 560 (1 thread) | 1.25× | abc |",
 		"| decode tokens/s, one stream, `small` | 180, 0.85 of the bandwidth bound | llama.cpp F32 90.0; llama.cpp F16 120 (greedy tokens: 1 of 2 agree) | 2.00×; 1.50× | abc |",
 		"| decode tokens/s, 16 streams, `small` | 1,600 (8.9× one stream) | llama.cpp F32 160; llama.cpp F16 200 (greedy tokens: 1 of 2 agree) | 10.00×; 8.00× | abc |",
+		"| base weights in memory, `small`, bf16 weights | 0.50 GB (loading: 1.0 s, peak RSS 0.80 GB) | float32 1.00 GB (loading: 2.0 s, peak RSS 1.60 GB) | 0.50× | abc |",
 		"the engine alone, same batches: 640", "| 0.94× | def |",
 		"| sampling through the API, 1 client, `small` (prompt 16, output 32 tokens) | 160 tokens/s; TTFT p50 16.0 ms",
 		"| the engine alone, one stream: 200 tokens/s; TTFT 10.0 ms, ITL 5.0 ms | 0.80× | abc |",
