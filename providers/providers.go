@@ -40,6 +40,9 @@ type Profile struct {
 	TuningModes []string `json:"tuning_modes"`
 	MaxLoRARank int      `json:"max_lora_rank"`
 	MaxSeqLen   int      `json:"max_seq_len"`
+	// Weights is how each offered model's base weights are kept (Model.Weights):
+	// what a run's numbers are computed from.
+	Weights map[string]string `json:"weights,omitempty"`
 }
 
 // Capability is a provider's capability row, as the API returns it.
@@ -94,10 +97,10 @@ func NewRegistry(c *Catalog, offers map[string][]string) (*Registry, error) {
 			continue
 		}
 		models = slices.Compact(slices.Sorted(slices.Values(models)))
-		maxSeq := 0
+		maxSeq, weights := 0, map[string]string{}
 		for _, n := range models {
 			m, _ := c.Lookup(n)
-			maxSeq = max(maxSeq, m.Config.MaxPos)
+			maxSeq, weights[n] = max(maxSeq, m.Config.MaxPos), m.Weights
 		}
 		r.rows[p] = &Capability{
 			Provider:          p,
@@ -105,7 +108,7 @@ func NewRegistry(c *Catalog, offers map[string][]string) (*Registry, error) {
 			Operations:        Operations,
 			SamplerOperations: SamplerOperations,
 			ResourceProfiles: map[string]Profile{DefaultProfile: {
-				Device: "cpu", TuningModes: []string{"lora"}, MaxLoRARank: lora.MaxRank, MaxSeqLen: maxSeq,
+				Device: "cpu", TuningModes: []string{"lora"}, MaxLoRARank: lora.MaxRank, MaxSeqLen: maxSeq, Weights: weights,
 			}},
 			BillingSnapshot: PriceList(p),
 		}

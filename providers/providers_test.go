@@ -49,7 +49,8 @@ func TestRegistryOffers(t *testing.T) {
 	}
 }
 
-// A checkpoint saved in bfloat16 runs with bf16 weights; any other, f32.
+// A checkpoint saved in bfloat16 runs with bf16 weights; any other, f32;
+// each capability row says so of the models it offers.
 func TestCatalogWeights(t *testing.T) {
 	dirs := map[string]string{}
 	for name, dt := range map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16, "f16": safetensors.F16} {
@@ -62,9 +63,19 @@ func TestCatalogWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r, err := NewRegistry(c, map[string][]string{A: {"bf16"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, want := range map[string]string{"f32": WeightsF32, "bf16": WeightsBF16, "f16": WeightsF32} {
 		if m, _ := c.Lookup(name); m.Weights != want {
 			t.Fatalf("%s checkpoint: weights %q, want %q", name, m.Weights, want)
 		}
+		if got := r.Row(B).ResourceProfiles[DefaultProfile].Weights[name]; got != want {
+			t.Fatalf("%s: provider_b's row says %q, want %q", name, got, want)
+		}
+	}
+	if got := r.Row(A).ResourceProfiles[DefaultProfile].Weights; len(got) != 1 || got["bf16"] != WeightsBF16 {
+		t.Fatalf("provider_a offers only bf16, yet its row says %v", got)
 	}
 }
