@@ -33,7 +33,7 @@ func TestSummary(t *testing.T) {
 	writeJSON(t, filepath.Join(dir, GEMMFile), GEMMFigures{GFLOPS: map[string]float64{"512x512x512": 100, "1024x1024x1024": 90}})
 	writeJSON(t, filepath.Join(dir, OpenBLASFile), GEMMFigures{GFLOPS: map[string]float64{"512x512x512": 125, "1024x1024x1024": 90}})
 	writeJSON(t, filepath.Join(dir, "engine-small.json"), EngineReport{Model: "data/small", Weights: "f32", Tokens: 512, FwdBwdTokPerS: 700,
-		Load: BaseLoad{Seconds: 2, PeakRSSBytes: 1.6e9, ResidentBytes: 1e9},
+		Load:          BaseLoad{Seconds: 2, PeakRSSBytes: 1.6e9, ResidentBytes: 1e9},
 		DecodeTokPerS: 180, DecodeOfBound: 0.85, Batch16TokPerS: 1600, Batch16Speedup: 8.9, WeightBytes: 10,
 		LlamaCpp: map[string]*DecodePeer{"f32": {DecodeTokPerS: 90, Batch16TokPerS: 160, Greedy: []int{1, 2}, GreedyAgree: 2},
 			"f16": {DecodeTokPerS: 120, Batch16TokPerS: 200, Greedy: []int{1, 2}, GreedyAgree: 1}},
