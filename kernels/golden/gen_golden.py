@@ -15,6 +15,10 @@ Go side also proves it loads a PEFT file it did not write), and records:
   * logits of the first datum, per-token target logprobs, loss:sum of every
     loss (Tinker's formulas), and the gradient of every LoRA tensor (autograd);
   * the adapter after three torch.optim.AdamW steps with gradient clipping.
+
+Each preset is also saved in bfloat16 (`wts model init --dtype BF16`) and run
+with PyTorch's own upcast of those weights to float32 (PRESET-bf16.json, the
+same adapter and data; no AdamW steps): what a base kept in bf16 must compute.
 """
 import argparse
 import hashlib
@@ -43,9 +47,14 @@ def read_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] == "F32", info
         a, b = info["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype="<f4").reshape(info["shape"]).copy())
+        if info["dtype"] == "BF16":
+            # PyTorch's own bf16 tensor, upcast as a bf16 model is run in float32.
+            t = torch.frombuffer(bytearray(data[a:b]), dtype=torch.bfloat16).reshape(info["shape"]).float()
+        else:
+            assert info["dtype"] == "F32", info
+            t = torch.from_numpy(np.frombuffer(data[a:b], dtype="<f4").reshape(info["shape"]).copy())
+        out[name] = t
     return out
 
 
@@ -195,9 +204,9 @@ def batch_loss(model, data, name):
     return total, lps, logits0
 
 
-def golden(preset, wts, outdir):
+def golden(preset, wts, outdir, dtype):
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([wts, "model", "init", "--preset", preset, "--seed", "1", "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([wts, "model", "init", "--preset", preset, "--seed", "1", "--dtype", dtype, "--out", tmp], check=True, stdout=subprocess.DEVNULL)
         cfg = json.load(open(os.path.join(tmp, "config.json")))
         raw = open(os.path.join(tmp, "model.safetensors"), "rb").read()
         weights = read_safetensors(os.path.join(tmp, "model.safetensors"))
@@ -241,7 +250,7 @@ def golden(preset, wts, outdir):
     for i, d in enumerate(data):
         d["logprobs"] = [round(float(lp) + offsets[(i + j) % 4], 6) for j, lp in enumerate(base_lps[i])]
 
-    result = {"preset": preset, "model_sha256": hashlib.sha256(raw).hexdigest(), "data": data, "losses": {}}
+    result = {"preset": preset, "dtype": dtype, "model_sha256": hashlib.sha256(raw).hexdigest(), "data": data, "losses": {}}
     for name in ["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]:
         for p in params:
             p.grad = None
@@ -258,6 +267,12 @@ def golden(preset, wts, outdir):
             result["logits0"] = logits0.detach().flatten().tolist()
         result["losses"][name] = entry
 
+    suffix = {"F32": "", "BF16": "-bf16"}[dtype]
+    if dtype != "F32":
+        with open(os.path.join(outdir, preset + suffix + ".json"), "w") as f:
+            json.dump(result, f)
+        print("wrote", preset, dtype)
+        return
     hp = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "grad_clip_norm": 1.0}
     opt = torch.optim.AdamW(params, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], weight_decay=hp["weight_decay"])
     norms = []
@@ -284,7 +299,8 @@ def main():
     args = ap.parse_args()
     print("torch", torch.__version__)
     for p in PRESETS:
-        golden(p, args.wts, args.out)
+        for dtype in ("F32", "BF16"):
+            golden(p, args.wts, args.out, dtype)
 
 
 if __name__ == "__main__":

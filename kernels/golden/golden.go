@@ -24,10 +24,12 @@ type Datum struct {
 	Logprobs     []float64 `json:"logprobs"`
 }
 
-// File is what PyTorch computed on one preset (generated with seed 1)
-// with the adapter in testdata/PRESET-adapter.
+// File is what PyTorch computed on one preset (generated with seed 1,
+// saved as DType) with the adapter in testdata/PRESET-adapter. A BF16
+// file (PRESET-bf16.json) has no AdamW steps.
 type File struct {
 	Preset      string    `json:"preset"`
+	DType       string    `json:"dtype"`
 	ModelSHA256 string    `json:"model_sha256"`
 	Data        []Datum   `json:"data"`
 	Logits0     []float64 `json:"logits0"` // the first datum's logits [T, V]
