@@ -52,7 +52,7 @@ for p in $PRESETS; do
   echo "== $p"
   keep "$OUT/engine-$p.json" ./bin/enginebench --model "$dir" "${PEER[@]}" $eflags
   # Decode again with the base weights in bf16, beside the same peers.
-  keep "$OUT/engine-$p-bf16.json" ./bin/enginebench --model "$dir" --bf16 --decode-only "${PEER[@]}" $eflags
+  keep "$OUT/engine-$p-bf16.json" ./bin/enginebench --model "$dir" --weights bf16 --decode-only "${PEER[@]}" $eflags
   if [ -n "$PY" ]; then
     keep "$OUT/torch-train-$p.json" "$PY" bench/torch_train.py --model "$dir" $tflags || echo "(no PyTorch figure)"
   else

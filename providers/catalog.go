@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,9 +24,10 @@ type Model struct {
 	// Tokenizer: Dir holds a Hugging Face tokenizer.json, so clients can
 	// give and take text (the service itself works in token ids).
 	Tokenizer bool
-	// Weights is how the base's weights are kept in memory: "bf16" for a
-	// checkpoint saved in bfloat16 (its config's torch_dtype), which loses
-	// nothing and reads half the bytes a token; "f32" otherwise.
+	// Weights is how the base's weights are kept in memory: "bf16" or
+	// "f16" for a checkpoint saved in bfloat16 or float16 (its config's
+	// torch_dtype), which loses nothing and reads half the bytes a token;
+	// "f32" otherwise.
 	Weights string
 }
 
@@ -33,6 +35,7 @@ type Model struct {
 const (
 	WeightsF32  = "f32"
 	WeightsBF16 = "bf16"
+	WeightsF16  = "f16"
 )
 
 // Catalog maps base_model names to model folders.
@@ -62,8 +65,8 @@ func NewCatalog(entries map[string]string) (*Catalog, error) {
 			TorchDtype string `json:"torch_dtype"`
 		}
 		weights := WeightsF32
-		if json.Unmarshal(raw, &dtype) == nil && dtype.TorchDtype == "bfloat16" {
-			weights = WeightsBF16
+		if json.Unmarshal(raw, &dtype) == nil {
+			weights = cmp.Or(map[string]string{"bfloat16": WeightsBF16, "float16": WeightsF16}[dtype.TorchDtype], WeightsF32)
 		}
 		_, err = os.Stat(filepath.Join(dir, TokenizerFile))
 		c.models[name] = &Model{Name: name, Dir: dir, Revision: rev, Config: cfg, Tokenizer: err == nil, Weights: weights}

@@ -49,7 +49,8 @@ func TestRegistryOffers(t *testing.T) {
 	}
 }
 
-// A checkpoint saved in bfloat16 runs with bf16 weights; any other, f32;
+// A checkpoint saved in bfloat16 runs with bf16 weights, one in float16
+// with f16; any other, f32;
 // each capability row says so of the models it offers.
 func TestCatalogWeights(t *testing.T) {
 	dirs := map[string]string{}
@@ -67,7 +68,7 @@ func TestCatalogWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"f32": WeightsF32, "bf16": WeightsBF16, "f16": WeightsF32} {
+	for name, want := range map[string]string{"f32": WeightsF32, "bf16": WeightsBF16, "f16": WeightsF16} {
 		if m, _ := c.Lookup(name); m.Weights != want {
 			t.Fatalf("%s checkpoint: weights %q, want %q", name, m.Weights, want)
 		}

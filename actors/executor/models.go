@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/transformer"
@@ -33,7 +34,8 @@ func (s *node) model(name string) (*transformer.Model[float32], error) {
 		return nil, err
 	}
 	defer f.Close()
-	m, err := transformer.Load(f, transformer.Options{BF16: entry.Weights == providers.WeightsBF16})
+	half := map[string]gemm.Half{providers.WeightsBF16: gemm.BF16, providers.WeightsF16: gemm.F16}[entry.Weights]
+	m, err := transformer.Load(f, transformer.Options{Half: half})
 	if err != nil {
 		return nil, err
 	}

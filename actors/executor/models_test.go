@@ -9,11 +9,12 @@ import (
 	"github.com/wts-project/wts/providers"
 )
 
-// A base saved in bfloat16 is kept in bf16: its weights take about half
-// the memory of the same model saved in float32.
-func TestBF16CheckpointLoadsInBF16(t *testing.T) {
+// A base saved in bfloat16 or float16 is kept in that type: its weights
+// take about half the memory of the same model saved in float32.
+func TestHalfCheckpointsLoadInHalf(t *testing.T) {
 	dirs := map[string]string{}
-	for name, dt := range map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16} {
+	types := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16, "f16": safetensors.F16}
+	for name, dt := range types {
 		dirs[name] = filepath.Join(t.TempDir(), name)
 		if err := model.Generate("small", 1, dirs[name], dt); err != nil {
 			t.Fatal(err)
@@ -28,11 +29,13 @@ func TestBF16CheckpointLoadsInBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bf16, err := n.model("bf16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := bf16.WeightBytes(), f32.WeightBytes()/2; got < want*99/100 || got > want*101/100 {
-		t.Fatalf("bf16 base: %d bytes, want about %d", got, want)
+	for _, name := range []string{"bf16", "f16"} {
+		m, err := n.model(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.WeightBytes(), f32.WeightBytes()/2; got < want*99/100 || got > want*101/100 {
+			t.Fatalf("%s base: %d bytes, want about %d", name, got, want)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/wts-project/wts/bench/harness"
+	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/gguf"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/loss"
@@ -125,7 +126,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "decode rounds, each beside its own bandwidth reading (medians reported)")
 	promptLen := flag.Int("prompt", 16, "prompt tokens before each decode run (its prefill is not timed)")
 	peerDir := flag.String("llamacpp", "", "bench/llamacpp with its node_modules: also decode the same weights with llama.cpp (as GGUF: F32, F16 and BF16) and report the ratios")
-	bf16 := flag.Bool("bf16", false, "keep the base weights in bf16 (transformer.Options.BF16); the peers read theirs as before")
+	weights := flag.String("weights", "f32", "how the base weights are kept: f32, or bf16 or f16 (transformer.Options.Half); the peers read theirs as before")
 	torchPy := flag.String("torch", "", "a python3 with torch: also decode the same weights with PyTorch (bench/torch_decode.py, run from the repository's root) and report the ratios")
 	flag.Parse()
 	if *profile != "" {
@@ -147,7 +148,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	m, err := transformer.Load(f, transformer.Options{BF16: *bf16}) // as the executor loads a base
+	half, ok := map[string]gemm.Half{"f32": 0, "bf16": gemm.BF16, "f16": gemm.F16}[*weights]
+	if !ok {
+		fmt.Fprintln(os.Stderr, "enginebench: --weights is f32, bf16 or f16")
+		os.Exit(2)
+	}
+	m, err := transformer.Load(f, transformer.Options{Half: half}) // as the executor loads a base
 	f.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -169,7 +175,7 @@ func main() {
 		}
 		data = append(data, train.Datum{ModelInput: toks[:*seq], Loss: loss.Inputs{TargetTokens: toks[1:]}})
 	}
-	rep := harness.EngineReport{Engine: "wts", Weights: "f32", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Load: load, Provenance: harness.Begin()}
+	rep := harness.EngineReport{Engine: "wts", Model: *dir, Threads: runtime.GOMAXPROCS(0), Tokens: *batch * *seq, Load: load, Provenance: harness.Begin()}
 	if !*skipTrain {
 		rep.FwdBwdTokPerS = float64(rep.Tokens) / median(*iters, func() {
 			_, err := tr.ForwardBackward(context.Background(), data, "cross_entropy", nil)
@@ -196,9 +202,9 @@ func main() {
 			return time.Since(t0).Seconds()
 		}
 		// Bytes of weights read per decoded token (LM head included, the
-		// embedding row lookup not), at 4 bytes a weight (2 in bf16).
+		// embedding row lookup not), at 4 bytes a weight (2 in 16 bits).
 		elem := int64(4)
-		if *bf16 {
+		if half != 0 {
 			elem = 2
 		}
 		rep.WeightBytes = elem * int64(w.Cfg.ParamCount()) // a tied head counts once
@@ -227,9 +233,7 @@ func main() {
 			rep.Batch16TokPerS, rep.Batch16Speedup = mid(batch16), mid(speedup)
 		}
 	}
-	if *bf16 {
-		rep.Weights = "bf16"
-	}
+	rep.Weights = *weights
 	rep.Ratios = map[string]float64{}
 	if *peerDir != "" && *decode > 0 {
 		llamaCpp(&rep, m, *peerDir, *dir, *promptLen, *decode, *rounds)

@@ -197,8 +197,8 @@ func engineRows(dir string, reps []EngineReport, s *summary) error {
 	for _, r := range reps {
 		name := filepath.Base(r.Model)
 		label := "`" + name + "`"
-		if r.Weights == "bf16" {
-			label += ", bf16 weights"
+		if r.Weights != "" && r.Weights != "f32" {
+			label += ", " + r.Weights + " weights"
 			loadRow(r, label, reps, s)
 		}
 		if r.FwdBwdTokPerS > 0 {
@@ -231,7 +231,7 @@ func engineRows(dir string, reps []EngineReport, s *summary) error {
 	return nil
 }
 
-// loadRow is a bf16 base's memory beside the float32 one's of the same
+// loadRow is a 16-bit base's memory beside the float32 one's of the same
 // model, when the run loaded both.
 func loadRow(r EngineReport, label string, reps []EngineReport, s *summary) {
 	if r.Load.ResidentBytes == 0 {

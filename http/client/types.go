@@ -117,7 +117,7 @@ type Model struct {
 	HiddenSize   int      `json:"hidden_size"`
 	NumLayers    int      `json:"num_layers"`
 	Tokenizer    bool     `json:"tokenizer"`
-	Weights      string   `json:"weights"` // f32 or bf16: how the base's weights are kept
+	Weights      string   `json:"weights"` // f32, bf16 or f16: how the base's weights are kept
 	Providers    []string `json:"providers"`
 }
 

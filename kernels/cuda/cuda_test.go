@@ -144,7 +144,7 @@ func TestDecodeMatchesCPU(t *testing.T) {
 		}
 		ref := w
 		if c.bf16 {
-			ref = model.RoundedBF16(w, true)
+			ref = model.Rounded(w, safetensors.BF16)
 		}
 		cpu := transformer.New(ref)
 		V, r := w.Cfg.Vocab, rng.New(5)

@@ -20,9 +20,11 @@ type kernelSet struct {
 
 // forEachKernelSet runs fn as a subtest under each tile kernel set the
 // machine has, so that one with AVX-512 proves the AVX2 tiles too.
-func forEachKernelSet(t *testing.T, fn func(t *testing.T)) {
+func forEachKernelSet(t *testing.T, fn func(t *testing.T)) { forEachSet(t, kernelSets(), fn) }
+
+func forEachSet(t *testing.T, sets []kernelSet, fn func(t *testing.T)) {
 	defer restoreKernels()
-	for _, s := range kernelSets() {
+	for _, s := range sets {
 		s.use()
 		t.Run(s.name, fn)
 	}

@@ -9,23 +9,37 @@ import (
 	"github.com/wts-project/wts/kernels/safetensors"
 )
 
-// roundBF16 is w with every value rounded to bf16: the matrix bf16 panels
-// hold.
-func roundBF16(w []float32) []float32 {
-	out := make([]float32, len(w))
-	for i, v := range w {
-		out[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
+// halves are the 16-bit types with their rounding and widening.
+var halves = []struct {
+	name   string
+	t      Half
+	narrow func(float32) uint16
+	wide   func(uint16) float32
+}{{"bf16", BF16, safetensors.F32ToBF16, safetensors.BF16ToF32}, {"f16", F16, safetensors.F32ToF16, safetensors.F16ToF32}}
+
+func TestPackedHalfMatchesRef(t *testing.T) {
+	for _, h := range halves {
+		t.Run(h.name, func(t *testing.T) {
+			forEachSet(t, halfKernelSets(), func(t *testing.T) {
+				testPackedHalfMatchesRef(t, h.t, h.narrow, h.wide)
+			})
+		})
 	}
-	return out
 }
 
-func TestPackedBF16MatchesRef(t *testing.T) { forEachKernelSet(t, testPackedBF16MatchesRef) }
-
-// Products with bf16 panels give Ref's on the rounded weights: through the
-// one-row kernels (MulAll, m < 4, with a float32 LoRA term), the tiles
-// (Mul), mc rows at a time past mc, from PackT and PackN, in a slab that
-// they fill to the half.
-func testPackedBF16MatchesRef(t *testing.T) {
+// Products with 16-bit panels give Ref's on the rounded weights: through
+// the one-row kernels (MulAll, m < 4, with a float32 LoRA term), the tiles
+// (Mul), mc rows at a time past mc, from PackTHalf and PackNHalf, in a
+// slab that they fill to the half.
+func testPackedHalfMatchesRef(t *testing.T, typ Half, narrow func(float32) uint16, wide func(uint16) float32) {
+	rounded := func(w []float32) ([]uint16, []float32) {
+		h, back := make([]uint16, len(w)), make([]float32, len(w))
+		for i, v := range w {
+			h[i] = narrow(v)
+			back[i] = wide(h[i])
+		}
+		return h, back
+	}
 	r := rng.New(10)
 	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {2, 64, 300}, {3, 50, 257}, {4, 70, 300}, {7, 4000, 513},
 		{16, 90, 520}, {96, 33, 64}, {200, 50, 600}}
@@ -42,7 +56,8 @@ func testPackedBF16MatchesRef(t *testing.T) {
 			ldc := n + 2
 			c := randSlice(r, m*ldc)
 			want := append([]float32(nil), c...)
-			Ref(ta, true, m, n, k, 0.5, a, lda, roundBF16(w), k+2, 1, want, ldc)
+			hw, back := rounded(w)
+			Ref(ta, true, m, n, k, 0.5, a, lda, back, k+2, 1, want, ldc)
 			wt := make([]float32, k*(n+1))
 			for j := 0; j < n; j++ {
 				for p := 0; p < k; p++ {
@@ -50,7 +65,8 @@ func testPackedBF16MatchesRef(t *testing.T) {
 				}
 			}
 			slab := NewSlab(PackedLen(n, k)) // room for both at half the size
-			for _, pk := range []*Packed{slab.PackTBF16(safetensors.ToBF16(w), n, k, k+2), slab.PackNBF16(safetensors.ToBF16(wt), k, n, n+1)} {
+			hwt, _ := rounded(wt)
+			for _, pk := range []*Packed{slab.PackTHalf(typ, hw, n, k, k+2), slab.PackNHalf(typ, hwt, k, n, n+1)} {
 				got := append([]float32(nil), c...)
 				pk.Mul(ta, m, 0.5, a, lda, 1, got, ldc)
 				closeTo(t, name+" Mul", got, want, k)
@@ -84,8 +100,8 @@ func closeTo(t *testing.T, what string, got, want []float32, k int) {
 }
 
 // BenchmarkDecodeHalf is one decode step's products (m rows) over the
-// small model's weights, packed in float32 and in bf16, through MulAll as
-// the decoder runs them: bf16 reads half the bytes.
+// small model's weights, packed in float32, bf16 and f16, through MulAll
+// as the decoder runs them: the 16-bit types read half the bytes.
 func BenchmarkDecodeHalf(b *testing.B) {
 	r := rng.New(1)
 	var shapes [][2]int
@@ -97,23 +113,26 @@ func BenchmarkDecodeHalf(b *testing.B) {
 	for _, s := range shapes {
 		floats += s[0] * s[1]
 	}
-	for _, half := range []bool{false, true} {
+	for _, typ := range []string{"f32", "bf16", "f16"} {
 		slab := NewSlab(floats)
 		var ws []*Packed
 		for _, s := range shapes {
 			w := randSlice(r, s[0]*s[1])
-			if half {
-				ws = append(ws, slab.PackTBF16(safetensors.ToBF16(w), s[0], s[1], s[1]))
-			} else {
+			switch typ {
+			case "bf16":
+				ws = append(ws, slab.PackTHalf(BF16, safetensors.ToBF16(w), s[0], s[1], s[1]))
+			case "f16":
+				ws = append(ws, slab.PackTHalf(F16, safetensors.ToF16(w), s[0], s[1], s[1]))
+			default:
 				ws = append(ws, slab.PackT(w, s[0], s[1], s[1]))
 			}
 		}
 		bytes := 4 * floats
-		if half {
+		if typ != "f32" {
 			bytes /= 2
 		}
 		for _, m := range []int{1, 16} {
-			b.Run(fmt.Sprintf("bf16=%v/m%d", half, m), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/m%d", typ, m), func(b *testing.B) {
 				x, c := randSlice(r, m*8192), make([]float32, m*8192)
 				b.SetBytes(int64(bytes))
 				for i := 0; i < b.N; i++ {

@@ -113,49 +113,83 @@ func gemv64(x, panels []float32, y *[4 * nr]float32) {
 	gemv64AVX(k, &x[0], &panels[0], 4*k*nr, &y[0])
 }
 
-//go:noescape
-func gemv16HalfAVX(k int, x *float32, panel *uint16, y *float32)
+// useF16C adds F16C's conversions, which the IEEE half kernels need (every
+// AVX2 CPU has them; the check is for emulators that leave them out).
+var useF16C = useAVX && cpu.X86.HasF16C
 
-// gemv16Half is gemv16 over a bf16 panel.
-func gemv16Half(x []float32, panel []uint16, y *[nr]float32) {
-	k := len(x)
-	body := k &^ 3
-	if !useAVX || body == 0 {
-		gemv16HalfGo(x, panel, y)
-		return
+//go:noescape
+func gemv16BF16AVX(k int, x *float32, panel *uint16, y *float32)
+
+//go:noescape
+func gemv64BF16AVX(k int, x *float32, panels *uint16, stride int, y *float32)
+
+//go:noescape
+func widenBF16AVX(n int, src *uint16, dst *float32)
+
+//go:noescape
+func gemv16F16AVX(k int, x *float32, panel *uint16, y *float32)
+
+//go:noescape
+func gemv64F16AVX(k int, x *float32, panels *uint16, stride int, y *float32)
+
+//go:noescape
+func widenF16AVX(n int, src *uint16, dst *float32)
+
+var (
+	bf16Kernels = halfKernels{
+		one:   gemv16Of(gemv16BF16AVX, gemv16BF16Go, &useAVX),
+		four:  gemv64Of(gemv64BF16AVX, gemv64BF16Go, &useAVX),
+		widen: widenOf(widenBF16AVX, widenBF16Go, &useAVX),
 	}
-	_ = panel[k*nr-1]
-	gemv16HalfAVX(body, &x[0], &panel[0], &y[0])
-	gemv16HalfGo(x[body:], panel[body*nr:], y)
+	f16Kernels = halfKernels{
+		one:   gemv16Of(gemv16F16AVX, gemv16F16Go, &useF16C),
+		four:  gemv64Of(gemv64F16AVX, gemv64F16Go, &useF16C),
+		widen: widenOf(widenF16AVX, widenF16Go, &useF16C),
+	}
+)
+
+// gemv16Of is a 16-bit format's gemv16: its assembly kernel over the
+// multiple of 4 deep that it takes, while *on, then its Go twin.
+func gemv16Of(asm func(k int, x *float32, panel *uint16, y *float32), twin func([]float32, []uint16, *[nr]float32), on *bool) func([]float32, []uint16, *[nr]float32) {
+	return func(x []float32, panel []uint16, y *[nr]float32) {
+		k := len(x)
+		body := k &^ 3
+		if !*on || body == 0 {
+			twin(x, panel, y)
+			return
+		}
+		_ = panel[k*nr-1]
+		asm(body, &x[0], &panel[0], &y[0])
+		twin(x[body:], panel[body*nr:], y)
+	}
 }
 
-//go:noescape
-func gemv64HalfAVX(k int, x *float32, panels *uint16, stride int, y *float32)
-
-// gemv64Half is gemv64 over four bf16 panels.
-func gemv64Half(x []float32, panels []uint16, y *[4 * nr]float32) {
-	k := len(x)
-	if !useAVX || k == 0 {
-		gemv64HalfGo(x, panels, y)
-		return
+// gemv64Of is a 16-bit format's gemv64 (see gemv16Of).
+func gemv64Of(asm func(k int, x *float32, panels *uint16, stride int, y *float32), twin func([]float32, []uint16, *[4 * nr]float32), on *bool) func([]float32, []uint16, *[4 * nr]float32) {
+	return func(x []float32, panels []uint16, y *[4 * nr]float32) {
+		k := len(x)
+		if !*on || k == 0 {
+			twin(x, panels, y)
+			return
+		}
+		_ = panels[4*k*nr-1]
+		asm(k, &x[0], &panels[0], 2*k*nr, &y[0])
 	}
-	_ = panels[4*k*nr-1]
-	gemv64HalfAVX(k, &x[0], &panels[0], 2*k*nr, &y[0])
 }
 
-//go:noescape
-func widenAVX(n int, src *uint16, dst *float32)
-
-// widen writes the bf16 values src as float32 into dst (exactly).
-func widen(src []uint16, dst []float32) {
-	body := len(src) &^ 15
-	if useAVX && body > 0 {
-		_ = dst[len(src)-1]
-		widenAVX(body, &src[0], &dst[0])
-	} else {
-		body = 0
+// widenOf is a 16-bit format's widen (see gemv16Of): whole panel rows in
+// assembly, any rest in Go.
+func widenOf(asm func(n int, src *uint16, dst *float32), twin func([]uint16, []float32), on *bool) func([]uint16, []float32) {
+	return func(src []uint16, dst []float32) {
+		body := len(src) &^ 15
+		if *on && body > 0 {
+			_ = dst[len(src)-1]
+			asm(body, &src[0], &dst[0])
+		} else {
+			body = 0
+		}
+		twin(src[body:], dst[body:])
 	}
-	widenGo(src[body:], dst[body:])
 }
 
 //go:noescape

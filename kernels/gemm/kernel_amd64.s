@@ -127,6 +127,128 @@
 	VMOVUPS hi, 32(DX) \
 	ADDQ R8, DX
 
+// A bf16 panel row holds its 16 columns paired: (col i, col i+8) for i < 8,
+// so that a 32-byte load splits into two float32 vectors without a
+// shuffle: shifting each pair's low half up gives columns 0..7, masking
+// its low half off gives columns 8..15. mask: 0xffff0000 in every lane.
+#define SPLIT16(off, base, mask, lo, hi) \
+	VMOVDQU off(base), hi \
+	VPSLLD $16, hi, lo \
+	VPAND mask, hi, hi
+
+// Set mask to 0xffff0000 in every lane.
+#define HIGHMASK(mask) \
+	VPCMPEQD mask, mask, mask \
+	VPSLLD $16, mask, mask
+
+// The 16-bit panels' loads: 16 values of a panel row at off(base) as two
+// float32 vectors, columns 0..7 in lo and 8..15 in hi. BF16 splits a
+// paired row (Y15 the mask HIGHMASK sets); F16 converts IEEE halves, kept
+// in column order (F16C).
+#define BF16(off, base, lo, hi) SPLIT16(off, base, Y15, lo, hi)
+
+#define F16(off, base, lo, hi) \
+	VCVTPH2PS off(base), lo \
+	VCVTPH2PS 16+off(base), hi
+
+// gemv16AVX over a 16-bit panel, its rows loaded by LOAD: y[0:16] +=
+// Σ_p x[p]·panel row p; k a multiple of 4.
+#define GEMV16_HALF(LOAD) \
+	MOVQ k+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ panel+16(FP), DI \
+	MOVQ y+24(FP), DX \
+	ZERO8 \
+	HIGHMASK(Y15) \
+	SHRQ $2, CX \
+	JE   store \
+loop: \
+	VBROADCASTSS (SI), Y8 \
+	VBROADCASTSS 4(SI), Y9 \
+	LOAD(0, DI, Y12, Y13) \
+	VFMADD231PS Y12, Y8, Y0 \
+	VFMADD231PS Y13, Y8, Y1 \
+	LOAD(32, DI, Y12, Y13) \
+	VFMADD231PS Y12, Y9, Y2 \
+	VFMADD231PS Y13, Y9, Y3 \
+	VBROADCASTSS 8(SI), Y10 \
+	VBROADCASTSS 12(SI), Y11 \
+	LOAD(64, DI, Y12, Y13) \
+	VFMADD231PS Y12, Y10, Y4 \
+	VFMADD231PS Y13, Y10, Y5 \
+	LOAD(96, DI, Y12, Y13) \
+	VFMADD231PS Y12, Y11, Y6 \
+	VFMADD231PS Y13, Y11, Y7 \
+	ADDQ $16, SI \
+	ADDQ $128, DI \
+	DECQ CX \
+	JNZ  loop \
+store: \
+	ADD16STORE \
+	VZEROUPPER \
+	RET
+
+// gemv64AVX over four 16-bit panels at panels + i·stride bytes.
+#define GEMV64_HALF(LOAD) \
+	MOVQ k+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ panels+16(FP), DI \
+	MOVQ stride+24(FP), R11 \
+	MOVQ y+32(FP), DX \
+	LEAQ (DI)(R11*1), R8 \
+	LEAQ (R8)(R11*1), R9 \
+	LEAQ (R9)(R11*1), R10 \
+	ZERO8 \
+	HIGHMASK(Y15) \
+	TESTQ CX, CX \
+	JE   store \
+loop: \
+	VBROADCASTSS (SI), Y8 \
+	LOAD(0, DI, Y10, Y11) \
+	LOAD(0, R8, Y12, Y13) \
+	VFMADD231PS Y10, Y8, Y0 \
+	VFMADD231PS Y11, Y8, Y1 \
+	VFMADD231PS Y12, Y8, Y2 \
+	VFMADD231PS Y13, Y8, Y3 \
+	LOAD(0, R9, Y10, Y11) \
+	LOAD(0, R10, Y12, Y13) \
+	VFMADD231PS Y10, Y8, Y4 \
+	VFMADD231PS Y11, Y8, Y5 \
+	VFMADD231PS Y12, Y8, Y6 \
+	VFMADD231PS Y13, Y8, Y7 \
+	ADDQ $4, SI \
+	ADDQ $32, DI \
+	ADDQ $32, R8 \
+	ADDQ $32, R9 \
+	ADDQ $32, R10 \
+	DECQ CX \
+	JNZ  loop \
+store: \
+	ADD64STORE \
+	VZEROUPPER \
+	RET
+
+// dst = the 16-bit panel rows src as float32 panel rows, in column order;
+// n a multiple of 16.
+#define WIDEN_HALF(LOAD) \
+	MOVQ n+0(FP), CX \
+	MOVQ src+8(FP), SI \
+	MOVQ dst+16(FP), DI \
+	HIGHMASK(Y15) \
+	SHRQ $4, CX \
+	JE   done \
+loop: \
+	LOAD(0, SI, Y0, Y1) \
+	VMOVUPS Y0, (DI) \
+	VMOVUPS Y1, 32(DI) \
+	ADDQ $32, SI \
+	ADDQ $64, DI \
+	DECQ CX \
+	JNZ  loop \
+done: \
+	VZEROUPPER \
+	RET
+
 // The tile kernels' shared parts. Labels are local to each TEXT block, so
 // TILE_LOOP can appear once in each kernel. A's element (i, p) is at
 // a + 4·(i·rs + p·cs): R11 = 4·rs, R14 = 4·cs.
@@ -852,123 +974,26 @@ strip8done:
 	VZEROUPPER
 	RET
 
-// A bf16 panel row holds its 16 columns paired: (col i, col i+8) for i < 8,
-// so that a 32-byte load splits into two float32 vectors without a
-// shuffle: shifting each pair's low half up gives columns 0..7, masking
-// its low half off gives columns 8..15. mask: 0xffff0000 in every lane.
-#define SPLIT16(off, base, mask, lo, hi) \
-	VMOVDQU off(base), hi \
-	VPSLLD $16, hi, lo \
-	VPAND mask, hi, hi
+// func gemv16BF16AVX(k int, x *float32, panel *uint16, y *float32)
+TEXT ·gemv16BF16AVX(SB), NOSPLIT, $0-32
+	GEMV16_HALF(BF16)
 
-// Set mask to 0xffff0000 in every lane.
-#define HIGHMASK(mask) \
-	VPCMPEQD mask, mask, mask \
-	VPSLLD $16, mask, mask
+// func gemv64BF16AVX(k int, x *float32, panels *uint16, stride int, y *float32)
+TEXT ·gemv64BF16AVX(SB), NOSPLIT, $0-40
+	GEMV64_HALF(BF16)
 
-// func gemv16HalfAVX(k int, x *float32, panel *uint16, y *float32)
-// gemv16AVX over a bf16 panel: y[0:16] += Σ_p x[p]·panel row p; k a
-// multiple of 4.
-TEXT ·gemv16HalfAVX(SB), NOSPLIT, $0-32
-	MOVQ k+0(FP), CX
-	MOVQ x+8(FP), SI
-	MOVQ panel+16(FP), DI
-	MOVQ y+24(FP), DX
-	ZERO8
-	HIGHMASK(Y15)
-	SHRQ $2, CX
-	JE   h16store
+// func widenBF16AVX(n int, src *uint16, dst *float32)
+TEXT ·widenBF16AVX(SB), NOSPLIT, $0-24
+	WIDEN_HALF(BF16)
 
-h16loop:
-	VBROADCASTSS (SI), Y8
-	VBROADCASTSS 4(SI), Y9
-	SPLIT16(0, DI, Y15, Y12, Y13)
-	VFMADD231PS Y12, Y8, Y0
-	VFMADD231PS Y13, Y8, Y1
-	SPLIT16(32, DI, Y15, Y12, Y13)
-	VFMADD231PS Y12, Y9, Y2
-	VFMADD231PS Y13, Y9, Y3
-	VBROADCASTSS 8(SI), Y10
-	VBROADCASTSS 12(SI), Y11
-	SPLIT16(64, DI, Y15, Y12, Y13)
-	VFMADD231PS Y12, Y10, Y4
-	VFMADD231PS Y13, Y10, Y5
-	SPLIT16(96, DI, Y15, Y12, Y13)
-	VFMADD231PS Y12, Y11, Y6
-	VFMADD231PS Y13, Y11, Y7
-	ADDQ $16, SI
-	ADDQ $128, DI
-	DECQ CX
-	JNZ  h16loop
+// func gemv16F16AVX(k int, x *float32, panel *uint16, y *float32)
+TEXT ·gemv16F16AVX(SB), NOSPLIT, $0-32
+	GEMV16_HALF(F16)
 
-h16store:
-	ADD16STORE
-	VZEROUPPER
-	RET
+// func gemv64F16AVX(k int, x *float32, panels *uint16, stride int, y *float32)
+TEXT ·gemv64F16AVX(SB), NOSPLIT, $0-40
+	GEMV64_HALF(F16)
 
-// func gemv64HalfAVX(k int, x *float32, panels *uint16, stride int, y *float32)
-// gemv64AVX over four bf16 panels at panels + i·stride bytes.
-TEXT ·gemv64HalfAVX(SB), NOSPLIT, $0-40
-	MOVQ k+0(FP), CX
-	MOVQ x+8(FP), SI
-	MOVQ panels+16(FP), DI
-	MOVQ stride+24(FP), R11
-	MOVQ y+32(FP), DX
-	LEAQ (DI)(R11*1), R8
-	LEAQ (R8)(R11*1), R9
-	LEAQ (R9)(R11*1), R10
-	ZERO8
-	HIGHMASK(Y15)
-	TESTQ CX, CX
-	JE   h64store
-
-h64loop:
-	VBROADCASTSS (SI), Y8
-	SPLIT16(0, DI, Y15, Y10, Y11)
-	SPLIT16(0, R8, Y15, Y12, Y13)
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y11, Y8, Y1
-	VFMADD231PS Y12, Y8, Y2
-	VFMADD231PS Y13, Y8, Y3
-	SPLIT16(0, R9, Y15, Y10, Y11)
-	SPLIT16(0, R10, Y15, Y12, Y13)
-	VFMADD231PS Y10, Y8, Y4
-	VFMADD231PS Y11, Y8, Y5
-	VFMADD231PS Y12, Y8, Y6
-	VFMADD231PS Y13, Y8, Y7
-	ADDQ $4, SI
-	ADDQ $32, DI
-	ADDQ $32, R8
-	ADDQ $32, R9
-	ADDQ $32, R10
-	DECQ CX
-	JNZ  h64loop
-
-h64store:
-	ADD64STORE
-	VZEROUPPER
-	RET
-
-// func widenAVX(n int, src *uint16, dst *float32)
-// dst = the bf16 panel rows src as float32 panel rows, in column order;
-// n a multiple of 16.
-TEXT ·widenAVX(SB), NOSPLIT, $0-24
-	MOVQ n+0(FP), CX
-	MOVQ src+8(FP), SI
-	MOVQ dst+16(FP), DI
-	HIGHMASK(Y15)
-	SHRQ $4, CX
-	JE   wdone
-
-wloop:
-	SPLIT16(0, SI, Y15, Y0, Y1)
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	ADDQ $32, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ  wloop
-
-wdone:
-	VZEROUPPER
-	RET
+// func widenF16AVX(n int, src *uint16, dst *float32)
+TEXT ·widenF16AVX(SB), NOSPLIT, $0-24
+	WIDEN_HALF(F16)

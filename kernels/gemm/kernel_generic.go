@@ -82,7 +82,7 @@ func bf16At(row []uint16, j int) float32 {
 	return safetensors.BF16ToF32(row[2*(j-nr/2)+1])
 }
 
-func widenGo(src []uint16, dst []float32) {
+func widenBF16Go(src []uint16, dst []float32) {
 	for r := 0; r+nr <= len(src); r += nr {
 		for j := 0; j < nr; j++ {
 			dst[r+j] = bf16At(src[r:r+nr], j)
@@ -90,7 +90,7 @@ func widenGo(src []uint16, dst []float32) {
 	}
 }
 
-func gemv16HalfGo(x []float32, panel []uint16, y *[nr]float32) {
+func gemv16BF16Go(x []float32, panel []uint16, y *[nr]float32) {
 	for p, xv := range x {
 		row := panel[p*nr : p*nr+nr]
 		for j := range y {
@@ -99,10 +99,34 @@ func gemv16HalfGo(x []float32, panel []uint16, y *[nr]float32) {
 	}
 }
 
-func gemv64HalfGo(x []float32, panels []uint16, y *[4 * nr]float32) {
+func gemv64BF16Go(x []float32, panels []uint16, y *[4 * nr]float32) {
 	k := len(x)
 	for i := 0; i < 4; i++ {
-		gemv16HalfGo(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
+		gemv16BF16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
+	}
+}
+
+// An f16 panel row holds its columns in order: F16C converts eight
+// consecutive halves at once.
+func widenF16Go(src []uint16, dst []float32) {
+	for i, h := range src {
+		dst[i] = safetensors.F16ToF32(h)
+	}
+}
+
+func gemv16F16Go(x []float32, panel []uint16, y *[nr]float32) {
+	for p, xv := range x {
+		row := panel[p*nr : p*nr+nr]
+		for j, h := range row {
+			y[j] += xv * safetensors.F16ToF32(h)
+		}
+	}
+}
+
+func gemv64F16Go(x []float32, panels []uint16, y *[4 * nr]float32) {
+	k := len(x)
+	for i := 0; i < 4; i++ {
+		gemv16F16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
 	}
 }
 

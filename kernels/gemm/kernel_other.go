@@ -14,11 +14,10 @@ func gemv16(x, panel []float32, y *[nr]float32) { gemv16Go(x, panel, y) }
 
 func gemv64(x, panels []float32, y *[4 * nr]float32) { gemv64Go(x, panels, y) }
 
-func widen(src []uint16, dst []float32) { widenGo(src, dst) }
-
-func gemv16Half(x []float32, panel []uint16, y *[nr]float32) { gemv16HalfGo(x, panel, y) }
-
-func gemv64Half(x []float32, panels []uint16, y *[4 * nr]float32) { gemv64HalfGo(x, panels, y) }
+var (
+	bf16Kernels = halfKernels{one: gemv16BF16Go, four: gemv64BF16Go, widen: widenBF16Go}
+	f16Kernels  = halfKernels{one: gemv16F16Go, four: gemv64F16Go, widen: widenF16Go}
+)
 
 // Axpy adds alpha·x into y (y at least as long as x).
 func Axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }

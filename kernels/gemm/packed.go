@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/wts-project/wts/kernels/par"
+	"github.com/wts-project/wts/kernels/safetensors"
 )
 
 // Packed is a frozen matrix B [K, N] stored once in the micro-kernel's
@@ -21,17 +22,18 @@ import (
 // Layout: for each kc-deep block of the K axis, all nr-wide column panels,
 // each p-major (panel[p][j]), zero-padded to nr.
 //
-// A matrix packed in bf16 (PackTBF16, PackNBF16) keeps the same layout in
-// half the bytes, each panel row's columns paired for the vector unit (see
-// pairBF16): the one-row decode kernels read it as it lies, widening each
-// value as they go (decode is bound by the bytes it reads); the tile
-// kernels widen a panel's k block into a buffer first, which their rows
-// then share.
+// A matrix packed in a 16-bit type (PackTHalf, PackNHalf: bf16 or IEEE
+// f16) keeps the same layout in half the bytes (a bf16 panel row's columns
+// paired for the vector unit: see pairBF16): the one-row decode kernels
+// read it as it lies, widening each value as they go (decode is bound by
+// the bytes it reads); the tile kernels widen a panel's k block into a
+// buffer first, which their rows then share.
 type Packed struct {
 	N, K   int
-	data   []float32 // nil when the matrix is stored in bf16
-	half   []uint16  // the bf16 panels, nil for float32
-	blocks []int     // offset of each kc block
+	data   []float32    // nil when the matrix is stored in 16 bits
+	half   []uint16     // the 16-bit panels, nil for float32
+	kern   *halfKernels // half's kernels
+	blocks []int        // offset of each kc block
 }
 
 // PackT packs B = Wᵀ for w [n, k] (row-major, row stride ldw).
@@ -39,14 +41,6 @@ func PackT(w []float32, n, k, ldw int) *Packed { return (*Slab)(nil).PackT(w, n,
 
 // PackN packs B = W for w [k, n] (row-major, row stride ldw).
 func PackN(w []float32, k, n, ldw int) *Packed { return (*Slab)(nil).PackN(w, k, n, ldw) }
-
-// PackTBF16 packs B = Wᵀ for h [n, k], bf16 values (row-major, row stride
-// ldh), as they are: a bf16 checkpoint's weights go in without a float32
-// copy.
-func PackTBF16(h []uint16, n, k, ldh int) *Packed { return (*Slab)(nil).PackTBF16(h, n, k, ldh) }
-
-// PackNBF16 packs B = W for h [k, n], bf16 values.
-func PackNBF16(h []uint16, k, n, ldh int) *Packed { return (*Slab)(nil).PackNBF16(h, k, n, ldh) }
 
 // PackT is the package's PackT with the panels stored in s (nil: their own
 // allocation).
@@ -65,23 +59,79 @@ func (s *Slab) PackN(w []float32, k, n, ldw int) *Packed {
 	return p
 }
 
-// PackTBF16 is the package's PackTBF16 with the panels stored in s, which
-// they take half as much of (PackedLen(n, k)/2 floats, rounded up).
-func (s *Slab) PackTBF16(h []uint16, n, k, ldh int) *Packed { return s.packHalf(true, h, n, k, ldh) }
+// Half is a 16-bit type that panels may be stored in.
+type Half uint8
 
-// PackNBF16 is the package's PackNBF16 with the panels stored in s.
-func (s *Slab) PackNBF16(h []uint16, k, n, ldh int) *Packed { return s.packHalf(false, h, n, k, ldh) }
+// The 16-bit types: products widen each value exactly and accumulate in
+// float32.
+const (
+	BF16 Half = iota + 1 // bfloat16: float32's top half
+	F16                  // IEEE 754 half precision
+)
 
-func (s *Slab) packHalf(tb bool, h []uint16, n, k, ldh int) *Packed {
+// DType is t as safetensors names it.
+func (t Half) DType() safetensors.DType {
+	if t == F16 {
+		return safetensors.F16
+	}
+	return safetensors.BF16
+}
+
+// Narrow rounds each of x to t (to nearest even).
+func (t Half) Narrow(x []float32) []uint16 {
+	if t == F16 {
+		return safetensors.ToF16(x)
+	}
+	return safetensors.ToBF16(x)
+}
+
+// Widen is h, a value of type t, as a float32 (exactly).
+func (t Half) Widen(h uint16) float32 {
+	if t == F16 {
+		return safetensors.F16ToF32(h)
+	}
+	return safetensors.BF16ToF32(h)
+}
+
+// halfKernels are a 16-bit type's kernels: the one- and four-panel decode
+// products (gemv16, gemv64) and the widening of panel rows to float32.
+type halfKernels struct {
+	one   func(x []float32, panel []uint16, y *[nr]float32)
+	four  func(x []float32, panels []uint16, y *[4 * nr]float32)
+	widen func(src []uint16, dst []float32)
+}
+
+// PackTHalf packs B = Wᵀ for h [n, k] (row-major, row stride ldh), values
+// of type t, as they are, in s (nil: their own allocation), which they
+// take half as much of as float32 panels (PackedLen(n, k)/2 floats,
+// rounded up): a 16-bit checkpoint's weights go in without a float32 copy.
+func (s *Slab) PackTHalf(t Half, h []uint16, n, k, ldh int) *Packed {
+	return s.packHalf(t, true, h, n, k, ldh)
+}
+
+// PackNHalf packs B = W for h [k, n], values of type t, in s.
+func (s *Slab) PackNHalf(t Half, h []uint16, k, n, ldh int) *Packed {
+	return s.packHalf(t, false, h, n, k, ldh)
+}
+
+func (s *Slab) packHalf(t Half, tb bool, h []uint16, n, k, ldh int) *Packed {
 	p := newPacked(n, k)
 	p.half = s.takeHalf(PackedLen(n, k))
 	fillPanels(p, p.half, tb, h, ldh)
-	// Then pair each panel row's columns for the vector unit (pairBF16).
-	par.For(len(p.half)/nr, 4096, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			pairBF16((*[nr]uint16)(p.half[r*nr:]))
-		}
-	})
+	switch t {
+	case BF16:
+		p.kern = &bf16Kernels
+		// Pair each panel row's columns for the vector unit (pairBF16).
+		par.For(len(p.half)/nr, 4096, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				pairBF16((*[nr]uint16)(p.half[r*nr:]))
+			}
+		})
+	case F16:
+		p.kern = &f16Kernels
+	default:
+		panic("gemm: no such 16-bit type")
+	}
 	return p
 }
 
@@ -646,7 +696,7 @@ func (pl *rowsPlan) tileBlock(q, bi int, next *float32, withTerm bool) {
 	if p.half != nil {
 		wide = getBuf(nr * kb)
 		bp = (*wide)[:nr*kb]
-		widen(p.half[p.blocks[bi]+q*nr*kb:][:nr*kb], bp)
+		p.kern.widen(p.half[p.blocks[bi]+q*nr*kb:][:nr*kb], bp)
 	} else {
 		bp = p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
 	}
@@ -715,9 +765,9 @@ func (pl *rowsPlan) gemvBlock(x []float32, ldx int, base []float32, kb, lo, hi i
 	gemvWalk(pl, x, ldx, base, kb, lo, hi, edge, gemv16, gemv64)
 }
 
-// gemvBlockHalf is gemvBlock over bf16 panels.
+// gemvBlockHalf is gemvBlock over 16-bit panels.
 func (pl *rowsPlan) gemvBlockHalf(x []float32, ldx int, base []uint16, kb, lo, hi int, edge *[packedGemvM][nr]float32) {
-	gemvWalk(pl, x, ldx, base, kb, lo, hi, edge, gemv16Half, gemv64Half)
+	gemvWalk(pl, x, ldx, base, kb, lo, hi, edge, pl.p.kern.one, pl.p.kern.four)
 }
 
 // gemvWalk is gemvBlock with the panels' element type and their one- and

@@ -17,6 +17,16 @@ func kernelSets() []kernelSet {
 	return sets
 }
 
-var startAVX512 = useAVX512
+// halfKernelSets are kernelSets and, where those are assembly, the
+// portable kernels too: the 16-bit types' Go twins.
+func halfKernelSets() []kernelSet {
+	sets := kernelSets()
+	if startAVX {
+		sets = append(sets, kernelSet{"portable", func() { useAVX, useF16C, useAVX512 = false, false, false }})
+	}
+	return sets
+}
 
-func restoreKernels() { useAVX512 = startAVX512 }
+var startAVX, startF16C, startAVX512 = useAVX, useF16C, useAVX512
+
+func restoreKernels() { useAVX, useF16C, useAVX512 = startAVX, startF16C, startAVX512 }

@@ -16,9 +16,10 @@ Go side also proves it loads a PEFT file it did not write), and records:
     loss (Tinker's formulas), and the gradient of every LoRA tensor (autograd);
   * the adapter after three torch.optim.AdamW steps with gradient clipping.
 
-Each preset is also saved in bfloat16 (`wts model init --dtype BF16`) and run
-with PyTorch's own upcast of those weights to float32 (PRESET-bf16.json, the
-same adapter and data; no AdamW steps): what a base kept in bf16 must compute.
+Each preset is also saved in bfloat16 and in float16 (`wts model init --dtype
+BF16`, `F16`) and run with PyTorch's own upcast of those weights to float32
+(PRESET-bf16.json, PRESET-f16.json: the same adapter and data; no AdamW
+steps): what a base kept in that type must compute.
 """
 import argparse
 import hashlib
@@ -48,9 +49,10 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         a, b = info["data_offsets"]
-        if info["dtype"] == "BF16":
-            # PyTorch's own bf16 tensor, upcast as a bf16 model is run in float32.
-            t = torch.frombuffer(bytearray(data[a:b]), dtype=torch.bfloat16).reshape(info["shape"]).float()
+        if info["dtype"] in ("BF16", "F16"):
+            # PyTorch's own 16-bit tensor, upcast as such a model is run in float32.
+            half = torch.bfloat16 if info["dtype"] == "BF16" else torch.float16
+            t = torch.frombuffer(bytearray(data[a:b]), dtype=half).reshape(info["shape"]).float()
         else:
             assert info["dtype"] == "F32", info
             t = torch.from_numpy(np.frombuffer(data[a:b], dtype="<f4").reshape(info["shape"]).copy())
@@ -267,7 +269,7 @@ def golden(preset, wts, outdir, dtype):
             result["logits0"] = logits0.detach().flatten().tolist()
         result["losses"][name] = entry
 
-    suffix = {"F32": "", "BF16": "-bf16"}[dtype]
+    suffix = {"F32": "", "BF16": "-bf16", "F16": "-f16"}[dtype]
     if dtype != "F32":
         with open(os.path.join(outdir, preset + suffix + ".json"), "w") as f:
             json.dump(result, f)
@@ -299,7 +301,7 @@ def main():
     args = ap.parse_args()
     print("torch", torch.__version__)
     for p in PRESETS:
-        for dtype in ("F32", "BF16"):
+        for dtype in ("F32", "BF16", "F16"):
             golden(p, args.wts, args.out, dtype)
 
 

@@ -25,8 +25,8 @@ type Datum struct {
 }
 
 // File is what PyTorch computed on one preset (generated with seed 1,
-// saved as DType) with the adapter in testdata/PRESET-adapter. A BF16
-// file (PRESET-bf16.json) has no AdamW steps.
+// saved as DType) with the adapter in testdata/PRESET-adapter. A 16-bit
+// file (PRESET-bf16.json, PRESET-f16.json) has no AdamW steps.
 type File struct {
 	Preset      string    `json:"preset"`
 	DType       string    `json:"dtype"`

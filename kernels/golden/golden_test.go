@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/loss"
 	"github.com/wts-project/wts/kernels/model"
@@ -28,17 +30,23 @@ func datum(d Datum, lossName string) train.Datum {
 	return train.Datum{ModelInput: d.ModelInput, Loss: in}
 }
 
-func TestMatchesPyTorch(t *testing.T) { matchesPyTorch(t, safetensors.F32) }
+func TestMatchesPyTorch(t *testing.T) { matchesPyTorch(t, 0) }
 
-// A base saved in bf16 and kept in bf16 computes what PyTorch computes
+// A base saved in bf16, or f16, and kept so computes what PyTorch computes
 // from the same weights upcast to float32, to the float32 tolerances: the
 // products widen the weights exactly and accumulate in float32.
-func TestMatchesPyTorchBF16(t *testing.T) { matchesPyTorch(t, safetensors.BF16) }
+func TestMatchesPyTorchBF16(t *testing.T) { matchesPyTorch(t, gemm.BF16) }
 
-// matchesPyTorch holds each preset, saved as dtype and loaded as the
-// executor loads a catalog model, to its golden file.
-func matchesPyTorch(t *testing.T, dtype safetensors.DType) {
-	suffix := map[safetensors.DType]string{safetensors.F32: "", safetensors.BF16: "-bf16"}[dtype]
+func TestMatchesPyTorchF16(t *testing.T) { matchesPyTorch(t, gemm.F16) }
+
+// matchesPyTorch holds each preset, saved in half (0: float32) and loaded
+// as the executor loads a catalog model, to its golden file.
+func matchesPyTorch(t *testing.T, half gemm.Half) {
+	dtype, suffix := safetensors.F32, ""
+	if half != 0 {
+		dtype = half.DType()
+		suffix = "-" + strings.ToLower(string(dtype))
+	}
 	for _, preset := range Presets {
 		t.Run(preset, func(t *testing.T) {
 			g, err := Read("testdata", preset+suffix)
@@ -59,7 +67,7 @@ func matchesPyTorch(t *testing.T, dtype safetensors.DType) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := transformer.Load(f, transformer.Options{BF16: dtype == safetensors.BF16})
+			m, err := transformer.Load(f, transformer.Options{Half: half})
 			f.Close()
 			if err != nil {
 				t.Fatal(err)

@@ -127,7 +127,7 @@ func Load(dir string) (*Weights[float32], error) {
 
 // Folder is an open model folder. Open checks every tensor the config
 // calls for and reads the small ones (norms, biases); the matrices
-// (projections, embeddings, head) stay on disk until Read or ReadBF16 asks
+// (projections, embeddings, head) stay on disk until Read or ReadNarrow asks
 // for one, so a loader can pack each as it comes and never hold a float32
 // copy of the whole model.
 type Folder struct {
@@ -201,14 +201,14 @@ func (f *Folder) Read(dst *[]float32) error {
 	return nil
 }
 
-// ReadBF16 reads the tensor that belongs in dst, one of f.W's slices, as
-// bf16 (safetensors.File.BF16), leaving dst as it is.
-func (f *Folder) ReadBF16(dst *[]float32) ([]uint16, error) {
+// ReadNarrow reads the tensor that belongs in dst, one of f.W's slices, as
+// the 16-bit type d (safetensors.File.Narrow), leaving dst as it is.
+func (f *Folder) ReadNarrow(dst *[]float32, d safetensors.DType) ([]uint16, error) {
 	t, err := f.tensor(dst)
 	if err != nil {
 		return nil, err
 	}
-	data, _, err := t.file.BF16(t.name)
+	data, _, err := t.file.Narrow(t.name, d)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadModel, err)
 	}
@@ -303,25 +303,14 @@ func (c Config) Values() int64 {
 	return n
 }
 
-// RoundedBF16 is a copy of w with every projection and the LM head rounded
-// to bf16 (nearest even), and the embeddings too when embeddings: the
-// values a base kept in bf16 computes with, for tests that hold it to a
-// float32 model.
-func RoundedBF16(w *Weights[float32], embeddings bool) *Weights[float32] {
-	r := func(x []float32) []float32 {
-		y := make([]float32, len(x))
-		for i, v := range x {
-			y[i] = safetensors.BF16ToF32(safetensors.F32ToBF16(v))
-		}
-		return y
-	}
+// Rounded is a copy of w with every projection, the LM head and the
+// embeddings rounded to the 16-bit type d (nearest even): the values a
+// base kept in d computes with, for tests that hold it to a float32 model.
+func Rounded(w *Weights[float32], d safetensors.DType) *Weights[float32] {
+	r := func(x []float32) []float32 { return safetensors.Decode(d, safetensors.Encode(d, x)) }
 	c := *w
-	c.Embed = append([]float32(nil), w.Embed...)
-	if embeddings {
-		c.Embed = r(w.Embed)
-	}
-	c.LMHead = r(w.LMHead)
-	if w.Cfg.TieEmbed && embeddings {
+	c.Embed, c.LMHead = r(w.Embed), r(w.LMHead)
+	if w.Cfg.TieEmbed {
 		c.LMHead = c.Embed
 	}
 	c.Layers = make([]Layer[float32], len(w.Layers))

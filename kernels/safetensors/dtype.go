@@ -5,8 +5,9 @@ import "math"
 // DType names a tensor element type as the safetensors header spells it.
 type DType string
 
-// The element types a model folder may hold. A base kept in bf16 reads its
-// weights as bf16 (File.BF16); everything else widens to float32.
+// The element types a model folder may hold. A base kept in 16 bits reads
+// its weights as that type (File.Narrow); everything else widens to
+// float32.
 const (
 	F32  DType = "F32"
 	BF16 DType = "BF16"
@@ -42,6 +43,15 @@ func ToBF16(x []float32) []uint16 {
 	h := make([]uint16, len(x))
 	for i, v := range x {
 		h[i] = F32ToBF16(v)
+	}
+	return h
+}
+
+// ToF16 rounds each of x to IEEE half precision (F32ToF16).
+func ToF16(x []float32) []uint16 {
+	h := make([]uint16, len(x))
+	for i, v := range x {
+		h[i] = F32ToF16(v)
 	}
 	return h
 }

@@ -137,21 +137,26 @@ func (s *File) Float32(name string) ([]float32, []int, error) {
 	return out, info.Shape, err
 }
 
-// BF16 reads a tensor as bfloat16: a BF16 tensor as it is stored, any
-// other rounded to nearest even, without a float32 copy of the whole.
-func (s *File) BF16(name string) ([]uint16, []int, error) {
+// Narrow reads a tensor as d, BF16 or F16: a tensor of that type as it is
+// stored, any other rounded to nearest even, without a float32 copy of
+// the whole.
+func (s *File) Narrow(name string, d DType) ([]uint16, []int, error) {
 	info, ok := s.Tensors[name]
 	if !ok {
 		return nil, nil, fmt.Errorf("%q: %w", name, ErrNotFound)
 	}
+	round := map[DType]func(float32) uint16{BF16: F32ToBF16, F16: F32ToF16}[d]
+	if round == nil {
+		return nil, nil, fmt.Errorf("%q: %s is not a 16-bit type", name, d)
+	}
 	out := make([]uint16, info.Elements())
-	if info.DType == BF16 && littleEndian {
+	if info.DType == d && littleEndian {
 		return out, info.Shape, s.readRaw(name, info, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), 2*len(out)))
 	}
 	var wide []float32
 	err := s.read(name, info, func(at int, raw []byte) {
 		dst := out[at : at+len(raw)/info.DType.Size()]
-		if info.DType == BF16 {
+		if info.DType == d {
 			for i := range dst {
 				dst[i] = binary.LittleEndian.Uint16(raw[2*i:])
 			}
@@ -160,7 +165,7 @@ func (s *File) BF16(name string) ([]uint16, []int, error) {
 		wide = slices.Grow(wide[:0], len(dst))[:len(dst)]
 		decodeInto(info.DType, raw, wide)
 		for i, v := range wide {
-			dst[i] = F32ToBF16(v)
+			dst[i] = round(v)
 		}
 	})
 	return out, info.Shape, err

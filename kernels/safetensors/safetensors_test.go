@@ -54,9 +54,9 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // Tensors larger than one read chunk come back whole, as float32 and as
-// bf16: a BF16 tensor's stored values, any other's rounded from what
-// Float32 reads.
-func TestReadBF16(t *testing.T) {
+// either 16-bit type: a tensor of that type's stored values, any other's
+// rounded from what Float32 reads.
+func TestReadNarrow(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "m.safetensors")
 	vals := make([]float32, readChunk/4*3+5) // three chunks and a piece, even as F32
 	for i := range vals {
@@ -83,16 +83,21 @@ func TestReadBF16(t *testing.T) {
 		if want := Decode(tt.DType, Encode(tt.DType, vals)); !slices.Equal(wide, want) {
 			t.Fatalf("%s: Float32 differs from the stored values", tt.Name)
 		}
-		half, shape, err := f.BF16(tt.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(shape, tt.Shape) || !slices.Equal(half, ToBF16(wide)) {
-			t.Fatalf("%s: BF16 is not the stored values rounded (shape %v)", tt.Name, shape)
+		for d, round := range map[DType]func([]float32) []uint16{BF16: ToBF16, F16: ToF16} {
+			half, shape, err := f.Narrow(tt.Name, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(shape, tt.Shape) || !slices.Equal(half, round(wide)) {
+				t.Fatalf("%s as %s: not the stored values rounded (shape %v)", tt.Name, d, shape)
+			}
 		}
 	}
-	if _, _, err := f.BF16("missing"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := f.Narrow("missing", BF16); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing tensor: %v", err)
+	}
+	if _, _, err := f.Narrow("f32", F32); err == nil {
+		t.Fatal("F32 taken for a 16-bit type")
 	}
 }
 

@@ -53,6 +53,12 @@ func newFrozenWeight[F gemm.Float](s *gemm.Slab, W []F, out, in int) weight[F] {
 	return w
 }
 
+// halfWeight wraps a base model's h [out, in], values of the 16-bit type
+// t, packed as Wᵀ and as W (see newFrozenWeight), with no float32 copy.
+func halfWeight[F gemm.Float](s *gemm.Slab, t gemm.Half, h []uint16, out, in int) weight[F] {
+	return weight[F]{packed: s.PackTHalf(t, h, out, in, in), grad: s.PackNHalf(t, h, out, in, in)}
+}
+
 // mul computes y = alpha·x·Wᵀ + beta·y for x [T, in], y [T, out].
 func (w weight[F]) mul(y, x []F, T, in, out int, alpha, beta F) {
 	if w.packed != nil {

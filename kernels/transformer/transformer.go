@@ -13,7 +13,6 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/ops"
-	"github.com/wts-project/wts/kernels/safetensors"
 )
 
 // Model is a frozen base model ready to run.
@@ -22,9 +21,11 @@ type Model[F gemm.Float] struct {
 	rope *ops.Rope[F]
 	proj [][lora.NumModules]weight[F] // per layer, indexed by LoRA module
 	head weight[F]
-	// embed16 holds the embeddings [V, D] in bf16 when the model keeps its
-	// base in bf16 (W.Embed and W.LMHead are then dropped); nil otherwise.
+	// embed16 holds the embeddings [V, D] in half's type when the model
+	// keeps its base in 16 bits (W.Embed and W.LMHead are then dropped);
+	// nil otherwise.
 	embed16 []uint16
+	half    gemm.Half
 }
 
 // New prepares weights for running. For float32 every projection and the
@@ -38,11 +39,11 @@ func New[F gemm.Float](w *model.Weights[F]) *Model[F] { return NewWith(w, Option
 
 // Options choose how New keeps the base weights.
 type Options struct {
-	// BF16 keeps every base projection, the LM head and the embeddings in
-	// bf16 (rounded to nearest even), half the bytes, which float32
-	// products and the token lookup widen as they read them
-	// (gemm.PackTBF16); float32 models only.
-	BF16 bool
+	// Half, when set, keeps every base projection, the LM head and the
+	// embeddings in that 16-bit type (bf16 or f16, rounded to nearest
+	// even), half the bytes, which float32 products and the token lookup
+	// widen as they read them (gemm.Slab.PackTHalf); float32 models only.
+	Half gemm.Half
 }
 
 // NewWith is New with options.
@@ -55,8 +56,8 @@ func NewWith[F gemm.Float](w *model.Weights[F], o Options) *Model[F] {
 }
 
 // Load builds a float32 model from an open folder, reading each matrix as
-// it packs it: a base kept in bf16 reads them as bf16
-// (model.Folder.ReadBF16) and never holds a float32 copy of its weights;
+// it packs it: a base kept in 16 bits reads them as that type
+// (model.Folder.ReadNarrow) and never holds a float32 copy of its weights;
 // a float32 one holds each projection only until it is packed.
 func Load(f *model.Folder, o Options) (*Model[float32], error) { return build(f.W, o, folder{f}) }
 
@@ -65,40 +66,46 @@ func Load(f *model.Folder, o Options) (*Model[float32], error) { return build(f.
 type source[F gemm.Float] interface {
 	// read fills *dst.
 	read(dst *[]F) error
-	// half returns *dst's values in bf16 (float32 models only).
-	half(dst *[]F) ([]uint16, error)
+	// narrow returns *dst's values in type t (float32 models only).
+	narrow(dst *[]F, t gemm.Half) ([]uint16, error)
 }
 
 type inMemory[F gemm.Float] struct{}
 
 func (inMemory[F]) read(*[]F) error { return nil }
 
-func (inMemory[F]) half(dst *[]F) ([]uint16, error) {
-	return safetensors.ToBF16(any(*dst).([]float32)), nil
+func (inMemory[F]) narrow(dst *[]F, t gemm.Half) ([]uint16, error) {
+	return t.Narrow(any(*dst).([]float32)), nil
 }
 
 type folder struct{ f *model.Folder }
 
 func (s folder) read(dst *[]float32) error { return s.f.Read(dst) }
 
-func (s folder) half(dst *[]float32) ([]uint16, error) { return s.f.ReadBF16(dst) }
+func (s folder) narrow(dst *[]float32, t gemm.Half) ([]uint16, error) {
+	return s.f.ReadNarrow(dst, t.DType())
+}
 
 func build[F gemm.Float](w *model.Weights[F], o Options, src source[F]) (*Model[F], error) {
 	m := &Model[F]{W: w, rope: ops.NewRope[F](ops.InvFreq(w.Cfg)), proj: make([][lora.NumModules]weight[F], len(w.Layers))}
 	c := w.Cfg
 	_, f32 := any(F(0)).(float32)
-	bf16 := o.BF16 && f32
-	slab := frozenSlab[F](c, bf16)
+	half := o.Half
+	if !f32 {
+		half = 0
+	}
+	m.half = half
+	slab := frozenSlab[F](c, half != 0)
 	// frozen packs the matrix at W [out, in] and drops it from w, where
 	// nothing reads it after (float64 models pack nothing and keep it).
 	frozen := func(W *[]F, out, in int) (weight[F], error) {
-		if bf16 {
-			h, err := src.half(W)
+		if half != 0 {
+			h, err := src.narrow(W, half)
 			if err != nil {
 				return weight[F]{}, err
 			}
 			*W = nil
-			return weight[F]{packed: slab.PackTBF16(h, out, in, in), grad: slab.PackNBF16(h, out, in, in)}, nil
+			return halfWeight[F](slab, half, h, out, in), nil
 		}
 		if err := src.read(W); err != nil {
 			return weight[F]{}, err
@@ -122,16 +129,16 @@ func build[F gemm.Float](w *model.Weights[F], o Options, src source[F]) (*Model[
 			m.proj[l][mod] = pw
 		}
 	}
-	if bf16 {
-		// The embeddings stay in bf16 too, and so does the head, packed from
-		// them when tied.
-		e, err := src.half(&w.Embed)
+	if half != 0 {
+		// The embeddings stay in 16 bits too, and so does the head, packed
+		// from them when tied.
+		e, err := src.narrow(&w.Embed, half)
 		if err != nil {
 			return nil, err
 		}
 		m.embed16 = e
 		if c.TieEmbed {
-			m.head = weight[F]{packed: slab.PackTBF16(e, c.Vocab, c.Hidden, c.Hidden), grad: slab.PackNBF16(e, c.Vocab, c.Hidden, c.Hidden)}
+			m.head = halfWeight[F](slab, half, e, c.Vocab, c.Hidden)
 		} else if m.head, err = frozen(&w.LMHead, c.Vocab, c.Hidden); err != nil {
 			return nil, err
 		}
@@ -162,7 +169,7 @@ func (m *Model[F]) embed(x []F, tokens []int) {
 			continue
 		}
 		for i, h := range m.embed16[tok*D : (tok+1)*D] {
-			row[i] = F(safetensors.BF16ToF32(h))
+			row[i] = F(m.half.Widen(h))
 		}
 	}
 }
@@ -170,12 +177,12 @@ func (m *Model[F]) embed(x []F, tokens []int) {
 // frozenSlab returns room for every packed copy of a float32 model's base
 // weights (Wᵀ and W of each projection and of the LM head), nil for float64,
 // which packs nothing.
-func frozenSlab[F gemm.Float](c model.Config, bf16 bool) *gemm.Slab {
+func frozenSlab[F gemm.Float](c model.Config, half bool) *gemm.Slab {
 	if _, ok := any(F(0)).(float32); !ok {
 		return nil
 	}
 	both := func(out, in int) int { // Wᵀ and W
-		if bf16 {
+		if half {
 			return (gemm.PackedLen(out, in)+1)/2 + (gemm.PackedLen(in, out)+1)/2
 		}
 		return gemm.PackedLen(out, in) + gemm.PackedLen(in, out)
