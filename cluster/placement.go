@@ -58,6 +58,7 @@ type Placement struct {
 	sub       *eventstream.Subscription
 	mu        sync.RWMutex
 	members   []*pcluster.Member
+	leaving   sync.Map // ids of the PIDs of activations off the routes (Leave)
 }
 
 // placed is a grain's record in the directory.
@@ -75,7 +76,7 @@ const activationWait = 5 * time.Second
 // Setup starts the member's activator and follows the topology.
 func (p *Placement) Setup(c *pcluster.Cluster, _ []string, _ bool) {
 	p.c = c
-	a := &activator{p: p, grains: map[string]activation{}, byPID: map[string]string{}}
+	a := &activator{p: p, grains: map[string]activation{}, byPID: map[string]activation{}}
 	p.activator, _ = c.ActorSystem.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return a }), activatorName)
 	p.sub = c.ActorSystem.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*pcluster.ClusterTopology); ok {
@@ -302,12 +303,24 @@ type activation struct {
 	pid *actor.PID
 }
 
+// Leave takes pid, an activation of grain kind/identity on this member,
+// off the routes before it stops: the calls that look for the grain from
+// now on reach a new activation instead of this one, whose mailbox, once
+// it stops, drops unanswered whatever is still in it (protoactor's). A
+// grain leaves this way and stops a while after (grain.Base).
+func Leave(c *pcluster.Cluster, kind, identity string, pid *actor.PID) {
+	c.PidCache.RemoveByValue(identity, kind, pid)
+	if p, ok := c.Config.IdentityLookup.(*Placement); ok {
+		p.leaving.Store(pid.Id, true)
+	}
+}
+
 // activator activates the grains placed on its member, one per identity,
 // and passivates those that the topology places elsewhere after a change.
 type activator struct {
 	p      *Placement
-	grains map[string]activation // by kind/identity
-	byPID  map[string]string     // the grain's kind/identity, by its PID's id
+	grains map[string]activation // the routed activation, by kind/identity
+	byPID  map[string]activation // every live one (leaving ones too), by its PID's id
 }
 
 func (a *activator) Receive(ctx actor.Context) {
@@ -315,8 +328,10 @@ func (a *activator) Receive(ctx actor.Context) {
 	case *pcluster.ActivationRequest:
 		key := m.ClusterIdentity.AsKey()
 		if g, ok := a.grains[key]; ok {
-			ctx.Respond(&pcluster.ActivationResponse{Pid: g.pid})
-			return
+			if _, leaving := a.p.leaving.Load(g.pid.Id); !leaving {
+				ctx.Respond(&pcluster.ActivationResponse{Pid: g.pid})
+				return
+			}
 		}
 		kind := a.p.c.GetClusterKind(m.ClusterIdentity.Kind)
 		if kind == nil {
@@ -325,16 +340,18 @@ func (a *activator) Receive(ctx actor.Context) {
 		}
 		pid := ctx.SpawnPrefix(pcluster.WithClusterIdentity(kind.Props, m.ClusterIdentity), m.ClusterIdentity.Identity)
 		kind.Inc()
-		a.grains[key], a.byPID[pid.Id] = activation{m.ClusterIdentity, pid}, key
+		a.grains[key], a.byPID[pid.Id] = activation{m.ClusterIdentity, pid}, activation{m.ClusterIdentity, pid}
 		ctx.Respond(&pcluster.ActivationResponse{Pid: pid})
 	case *actor.Terminated:
-		key, ok := a.byPID[m.Who.Id]
+		g, ok := a.byPID[m.Who.Id]
 		if !ok {
 			return
 		}
-		g := a.grains[key]
-		delete(a.grains, key)
 		delete(a.byPID, m.Who.Id)
+		a.p.leaving.Delete(m.Who.Id)
+		if key := g.id.AsKey(); a.grains[key].pid == g.pid {
+			delete(a.grains, key)
+		}
 		if kind := a.p.c.GetClusterKind(g.id.Kind); kind != nil {
 			kind.Dec()
 		}
@@ -349,7 +366,7 @@ func (a *activator) Receive(ctx actor.Context) {
 			}
 		}
 	case *actor.Stopping:
-		for _, g := range a.grains {
+		for _, g := range a.byPID {
 			if err := ctx.PoisonFuture(g.pid).Wait(); err != nil {
 				ctx.Logger().Error("passivate a grain", slog.String("grain", g.id.AsKey()), slog.Any("error", err))
 			}

@@ -43,7 +43,21 @@ type Base struct {
 	// ReceiveTimeout races with the mailbox: protoactor-go#1139).
 	last      time.Time
 	idleTimer *time.Timer
+	kind      string
+	// leaveTimer stops the activation leaveGrace after it left (leave).
+	leaveTimer *time.Timer
 }
+
+// leaveGrace is how long an activation that left its grain's routes keeps
+// answering (with its failure, or ErrLeaving) before it stops: a call
+// that found it just before it left still gets an answer, where the
+// stopped activation's mailbox would drop it unanswered.
+const leaveGrace = time.Second
+
+// ErrLeaving answers a call that reaches an activation after it left
+// (passivating): the call changed nothing, and the next one reaches the
+// grain's new activation.
+var ErrLeaving = &Error{Code: CodeUnavailable, Message: "this resource was passivating; try again"}
 
 // idleCheck is the grain's own message that its idle timer fired.
 type idleCheck struct{}
@@ -57,11 +71,12 @@ type idleCheck struct{}
 // handler that panics fails its call, and the grain starts over from its
 // durable state; so does one that fails, for a reason other than a
 // refusal, on a message nobody waits for. One fenced by a newer activation
-// of its grain leaves (ErrFenced).
+// of its grain leaves (ErrFenced). Leaving, it first goes off the routes,
+// then stops leaveGrace later (leave).
 func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 	switch m := ctx.Message().(type) {
 	case *pcluster.ClusterInit:
-		b.ID = m.Identity.Identity
+		b.ID, b.kind = m.Identity.Identity, m.Identity.Kind
 		if b.Err = activate(); b.Err == nil && resume != nil {
 			resume()
 		}
@@ -71,8 +86,10 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 	case idleCheck:
 		b.passivateIfIdle(ctx)
 	case *actor.Stopped:
-		if b.idleTimer != nil {
-			b.idleTimer.Stop()
+		for _, t := range []*time.Timer{b.idleTimer, b.leaveTimer} {
+			if t != nil {
+				t.Stop()
+			}
 		}
 	default:
 		b.last = time.Now()
@@ -82,6 +99,12 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 		}
 		method, in, isLocal, ok := Request(m)
 		if !ok {
+			return
+		}
+		if b.leaveTimer != nil && ctx.Sender() == nil {
+			// Left, and nobody waits for an answer to this message (a
+			// report, a wake-up): it goes on to the grain's activation now.
+			b.RT.Router.forward(b.kind, b.ID, m)
 			return
 		}
 		h := b.Methods[method]
@@ -117,9 +140,21 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 			return resp, err
 		})
 		if b.Err != nil {
-			ctx.Poison(ctx.Self())
+			b.leave(ctx)
 		}
 	}
+}
+
+// leave takes the activation off its grain's routes (cluster.Leave) and
+// stops it leaveGrace later; meanwhile it answers every call with b.Err
+// and forwards every message nobody waits for (Router.forward).
+func (b *Base) leave(ctx actor.Context) {
+	if b.leaveTimer != nil {
+		return
+	}
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	b.RT.Router.Leave(b.kind, b.ID, self)
+	b.leaveTimer = time.AfterFunc(leaveGrace, func() { root.Poison(self) })
 }
 
 // passivateIfIdle passivates a grain that has had no message for
@@ -128,7 +163,10 @@ func (b *Base) Handle(ctx actor.Context, activate func() error, resume func()) {
 func (b *Base) passivateIfIdle(ctx actor.Context) {
 	wait := b.RT.Idle - time.Since(b.last)
 	if wait <= 0 && (b.Err != nil || b.Idle == nil || b.Idle()) {
-		ctx.Poison(ctx.Self()) // its queued work, none, is already accounted
+		if b.Err == nil {
+			b.Err = ErrLeaving
+		}
+		b.leave(ctx) // its queued work, none, is already accounted
 		return
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root

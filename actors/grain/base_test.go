@@ -115,3 +115,57 @@ func TestBase(t *testing.T) {
 		t.Fatalf("after passivation: %d %v, %d activations (was %d)", got, err, st.activated("a"), before)
 	}
 }
+
+// A grain that leaves (here, passivating) goes off the routes at once but
+// stops only leaveGrace later: a call that reaches it meanwhile, holding
+// its PID from before, is answered (try again) instead of dropped by the
+// stopped mailbox, a message nobody waits for goes on to the grain's new
+// activation, and calls through the router reach that one.
+func TestLeavingActivationAnswers(t *testing.T) {
+	st := &store{values: map[string]int{"b": 10}, activations: map[string]int{}}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt := &Runtime{Log: quiet, Idle: 30 * time.Millisecond, Account: func(string, string, int, int64) {}}
+	sys, c := startMember(t, nil, pcluster.NewKind("counter", actor.PropsFromProducer(func() actor.Actor {
+		return &counter{Base: Base{RT: rt}, st: st}
+	})))
+	defer c.Shutdown(false)
+	rt.Router = &Router{Actors: sys, Cluster: c, Log: quiet, Timeout: 5 * time.Second}
+	r := rt.Router
+	if err := r.Call("counter", "b", "add", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := r.localPID("counter", "b")
+	if old == nil {
+		t.Fatal("no activation in the PID cache")
+	}
+	for deadline := time.Now().Add(5 * time.Second); r.localPID("counter", "b") != nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle grain did not leave")
+		}
+	}
+	if _, alive := sys.ProcessRegistry.GetLocal(old.Id); !alive {
+		t.Fatal("the activation stopped as it left")
+	}
+	v, err := sys.Root.RequestFuture(old, &Local{Method: "add", Val: 100}, time.Second).Result()
+	if rep, ok := v.(*localReply); err != nil || !ok || rep.code != CodeUnavailable {
+		t.Fatalf("a call to the leaving activation: %#v %v", v, err)
+	}
+	sys.Root.Send(old, &Local{Method: "add", Val: 5})
+	var got int
+	for deadline := time.Now().Add(5 * time.Second); got != 16; time.Sleep(5 * time.Millisecond) {
+		if err := r.Call("counter", "b", "add", 0, &got); err != nil && AsError(err).Code != CodeUnavailable {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the message to the leaving activation: %d, want 16", got)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, alive := sys.ProcessRegistry.GetLocal(old.Id); !alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leaving activation did not stop")
+		}
+	}
+}

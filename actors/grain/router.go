@@ -14,6 +14,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/wts-project/wts/actors/wire"
+	"github.com/wts-project/wts/cluster"
 )
 
 // Router sends messages to grains, wherever they are: a grain active on
@@ -191,6 +192,11 @@ func (r *Router) Call(kind, id, method string, req, resp any) error {
 		return fmt.Errorf("%s: unexpected reply %T", method, v)
 	}
 	if rep.Code != "" {
+		if rep.Code == CodeUnavailable {
+			// The activation may be leaving (Base.leave): the next call
+			// looks the grain up again rather than reach it.
+			r.Cluster.PidCache.Remove(id, kind)
+		}
 		return &Error{Code: rep.Code, Message: rep.Message}
 	}
 	if resp == nil {
@@ -218,6 +224,14 @@ func (r *Router) localPID(kind, id string) *actor.PID {
 	return pid
 }
 
+// Leave takes pid, an activation of grain kind/id on this node, off the
+// routes to its grain (cluster.Leave).
+func (r *Router) Leave(kind, id string, pid *actor.PID) {
+	if r.Cluster != nil {
+		cluster.Leave(r.Cluster, kind, id, pid)
+	}
+}
+
 // Tell sends a message to a grain without waiting for an answer. A grain
 // the PID cache places on this node gets it at once; otherwise the cluster
 // looks the grain up (a request to its placement actor, which showed in the
@@ -229,17 +243,9 @@ func (r *Router) Tell(kind, id, method string, msg any) {
 // deliver sends m to a grain (see Tell) and reports whether it was sent as
 // a Local message, which the grain's receive then handles.
 func (r *Router) deliver(kind, id string, m *Local) bool {
-	if r.Cluster == nil { // the node is still starting: no grain can be reached
-		r.Log.Error("message before the cluster started", "kind", kind, "id", id, "method", m.Method)
-		return false
-	}
-	pid := r.localPID(kind, id)
+	pid := r.resolve(kind, id, m.Method)
 	if pid == nil {
-		if pid = r.Cluster.Get(id, kind); pid == nil {
-			r.Log.Error("no activation for grain", "kind", kind, "id", id, "method", m.Method)
-			return false
-		}
-		r.Cluster.PidCache.Set(id, kind, pid)
+		return false
 	}
 	if pid.Address == r.Actors.Address() && !r.Wire {
 		r.Actors.Root.Send(pid, m)
@@ -252,6 +258,43 @@ func (r *Router) deliver(kind, id string, m *Local) bool {
 	}
 	r.Actors.Root.Send(pid, &wire.Call{Method: m.Method, Body: body})
 	return false
+}
+
+// resolve is the PID of grain kind/id's activation for a message nobody
+// waits for (nil, logged, when there is none).
+func (r *Router) resolve(kind, id, method string) *actor.PID {
+	if r.Cluster == nil { // the node is still starting: no grain can be reached
+		r.Log.Error("message before the cluster started", "kind", kind, "id", id, "method", method)
+		return nil
+	}
+	pid := r.localPID(kind, id)
+	if pid == nil {
+		if pid = r.Cluster.Get(id, kind); pid == nil {
+			r.Log.Error("no activation for grain", "kind", kind, "id", id, "method", method)
+			return nil
+		}
+		r.Cluster.PidCache.Set(id, kind, pid)
+	}
+	return pid
+}
+
+// forward sends m, a message nobody waits for that reached an activation
+// of grain kind/id after it left (Base.leave), on to the grain's
+// activation now; a counted report stays counted.
+func (r *Router) forward(kind, id string, m any) {
+	switch c := m.(type) {
+	case *Local:
+		if c.Counted {
+			r.reports.Add(1)
+		}
+		if !r.deliver(kind, id, &Local{Method: c.Method, Val: c.Val, Counted: c.Counted}) && c.Counted {
+			r.reports.Add(-1)
+		}
+	case *wire.Call:
+		if pid := r.resolve(kind, id, c.Method); pid != nil {
+			r.Actors.Root.Send(pid, c)
+		}
+	}
 }
 
 // Send sends a command to an actor of this node (an executor).
