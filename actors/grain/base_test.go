@@ -65,19 +65,25 @@ func (s *store) activated(id string) int {
 	return s.activations[id]
 }
 
-// A grain on Base in one process: a failed activation is retried by the
-// next call, a panic fails its call and the grain starts over from its
-// durable state, and an idle grain passivates and comes back.
-func TestBase(t *testing.T) {
-	st := &store{values: map[string]int{}, activations: map[string]int{}}
+// startCounters starts a member of one process hosting counter grains
+// over st, which passivate after 30 ms idle, and their router.
+func startCounters(t *testing.T, st *store) (*actor.ActorSystem, *pcluster.Cluster, *Router) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rt := &Runtime{Log: quiet, Idle: 30 * time.Millisecond, Account: func(string, string, int, int64) {}}
 	sys, c := startMember(t, nil, pcluster.NewKind("counter", actor.PropsFromProducer(func() actor.Actor {
 		return &counter{Base: Base{RT: rt}, st: st}
 	})))
-	defer c.Shutdown(false)
 	rt.Router = &Router{Actors: sys, Cluster: c, Log: quiet, Timeout: 5 * time.Second}
-	r := rt.Router
+	return sys, c, rt.Router
+}
+
+// A grain on Base in one process: a failed activation is retried by the
+// next call, a panic fails its call and the grain starts over from its
+// durable state, and an idle grain passivates and comes back.
+func TestBase(t *testing.T) {
+	st := &store{values: map[string]int{}, activations: map[string]int{}}
+	_, c, r := startCounters(t, st)
+	defer c.Shutdown(false)
 
 	if err := r.Call("counter", "a", "add", 1, nil); AsError(err).Code != "not_found" {
 		t.Fatalf("a counter with no state: %v", err)
@@ -123,14 +129,8 @@ func TestBase(t *testing.T) {
 // activation, and calls through the router reach that one.
 func TestLeavingActivationAnswers(t *testing.T) {
 	st := &store{values: map[string]int{"b": 10}, activations: map[string]int{}}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt := &Runtime{Log: quiet, Idle: 30 * time.Millisecond, Account: func(string, string, int, int64) {}}
-	sys, c := startMember(t, nil, pcluster.NewKind("counter", actor.PropsFromProducer(func() actor.Actor {
-		return &counter{Base: Base{RT: rt}, st: st}
-	})))
+	sys, c, r := startCounters(t, st)
 	defer c.Shutdown(false)
-	rt.Router = &Router{Actors: sys, Cluster: c, Log: quiet, Timeout: 5 * time.Second}
-	r := rt.Router
 	if err := r.Call("counter", "b", "add", 1, nil); err != nil {
 		t.Fatal(err)
 	}
