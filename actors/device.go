@@ -7,14 +7,15 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/wts-project/wts/cluster"
 	"github.com/wts-project/wts/kernels/par"
 )
 
 // Device is what a node's executor pair (a trainer's and a sampling
 // executor) owns and declares: today the CPU, its engine threads and the
-// node's memory budget for trainers, adapters and KV caches. Placement
-// reads it (the cluster's membership will carry it), and so do operators
-// (the admin socket's GET /admin/node).
+// node's memory budget for trainers, adapters and KV caches. The node's
+// membership metadata carries it (announcedDevices), which placement
+// reads, and so do operators (the admin socket's GET /admin/node).
 type Device struct {
 	ID          string `json:"id"`           // "cpu0"
 	Kind        string `json:"kind"`         // "cpu"
@@ -28,6 +29,16 @@ type Device struct {
 func (s *System) Devices() []Device {
 	return []Device{{ID: "cpu0", Kind: "cpu", Name: cpuName(), Threads: par.Workers(),
 		MemoryBytes: s.n.Memory.Limit(), FreeBytes: max(0, s.n.Memory.Limit()-s.n.Memory.InUse())}}
+}
+
+// announcedDevices are the node's devices as its membership metadata
+// carries them (cluster.Gossip.SetDevices).
+func (s *System) announcedDevices() []cluster.Device {
+	var out []cluster.Device
+	for _, d := range s.Devices() {
+		out = append(out, cluster.Device{ID: d.ID, Kind: d.Kind, Name: d.Name, Memory: d.MemoryBytes, Free: d.FreeBytes})
+	}
+	return out
 }
 
 // cpuName is the processor's model, as the OS names it.

@@ -241,7 +241,11 @@ func Start(cfg Config) (*System, error) {
 		cc.Host, cc.Advertise = cfg.RemoteBind, net.JoinHostPort(host, strconv.Itoa(cfg.RemotePort))
 	}
 	if cfg.Gossip != nil {
-		if err := cfg.Gossip.SetTrainers(s.dedicated()); err != nil {
+		err := cfg.Gossip.SetTrainers(s.dedicated())
+		if err == nil {
+			err = cfg.Gossip.SetDevices(s.announcedDevices)
+		}
+		if err != nil {
 			st.Close()
 			return nil, err
 		}

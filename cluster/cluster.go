@@ -55,7 +55,7 @@ func Start(sys *actor.ActorSystem, cfg Config, kinds ...*pcluster.Kind) (c *pclu
 	var provider pcluster.ClusterProvider = &Static{Peers: cfg.Peers}
 	placement := &Placement{Avoid: cfg.Avoid, Directory: cfg.Directory, Needs: cfg.Needs}
 	if g := cfg.Gossip; g != nil {
-		provider, placement.Weight, placement.Load, placement.Serves = g, g.Weight, g.Load, g.Serves
+		provider, placement.Weight, placement.Load, placement.Serves, placement.Free = g, g.Weight, g.Load, g.Serves, g.Free
 	}
 	cc := pcluster.Configure(cfg.Name, provider, placement, rc,
 		pcluster.WithKinds(kinds...), pcluster.WithRequestTimeout(cfg.RequestTimeout))

@@ -20,21 +20,49 @@ import (
 // Capacity is what a node offers its grains' executors: announced in its
 // membership metadata, read by placement.
 type Capacity struct {
-	Threads   int      `msgpack:"t"`            // CPU threads the engine uses
-	GPUs      int      `msgpack:"g,omitempty"`  // devices beside the CPU
-	GPUMemory int64    `msgpack:"gm,omitempty"` // bytes, all GPUs together
-	Models    []string `msgpack:"m,omitempty"`  // the base models its catalog serves
-	Trainers  int      `msgpack:"tr,omitempty"` // provider_a's dedicated trainers it offers (actors/slots)
+	Threads  int      `msgpack:"t"`            // CPU threads the engine uses
+	Models   []string `msgpack:"m,omitempty"`  // the base models its catalog serves
+	Trainers int      `msgpack:"tr,omitempty"` // provider_a's dedicated trainers it offers (actors/slots)
+	// Devices are the devices its executors own, with what each has free,
+	// announced again when that moves (Gossip.SetDevices).
+	Devices []Device `msgpack:"d,omitempty"`
+}
+
+// Device is one device a node's executors own, as its metadata announces
+// it: what placement reads of it.
+type Device struct {
+	ID     string `msgpack:"i"` // "cpu0", "cuda0"
+	Kind   string `msgpack:"k"` // "cpu", "cuda"
+	Name   string `msgpack:"n"`
+	Memory int64  `msgpack:"m"` // bytes its executors may use
+	Free   int64  `msgpack:"f"` // of Memory, bytes not taken
 }
 
 // Weight is the node's share of the grains (Placement): its GPU memory in
 // GiB where it has GPUs, since its trainers and samplers run there, else
-// its CPU threads.
+// its CPU threads. It reads no free memory: a member's weight must not
+// move while it is up.
 func (c Capacity) Weight() float64 {
-	if c.GPUs > 0 && c.GPUMemory > 0 {
-		return float64(c.GPUMemory) / (1 << 30)
+	var gpu int64
+	for _, d := range c.Devices {
+		if d.Kind != "cpu" {
+			gpu += d.Memory
+		}
+	}
+	if gpu > 0 {
+		return float64(gpu) / (1 << 30)
 	}
 	return float64(max(c.Threads, 1))
+}
+
+// Free is the memory free across the node's devices, and whether it
+// announced any.
+func (c Capacity) Free() (int64, bool) {
+	var free int64
+	for _, d := range c.Devices {
+		free += d.Free
+	}
+	return free, len(c.Devices) > 0
 }
 
 // Node is one member as its metadata announces it.
@@ -125,6 +153,8 @@ type Gossip struct {
 	lost         map[string]time.Time
 	reconnecting atomic.Bool
 	announcing   atomic.Bool // a load announcement in flight
+	// devices reads the node's devices now (SetDevices; nil: none).
+	devices atomic.Pointer[func() []Device]
 }
 
 // NewGossip returns a provider with the given configuration.
@@ -187,6 +217,15 @@ func (g *Gossip) setMeta(change func(*Node)) error {
 // SetTrainers announces how many dedicated trainers this node offers.
 func (g *Gossip) SetTrainers(n int) error {
 	return g.setMeta(func(nd *Node) { nd.Capacity.Trainers = n })
+}
+
+// SetDevices announces the devices that devices reads, and reads them
+// again every republishEvery, announcing them when their free memory moved
+// by a hundredth of theirs or more.
+func (g *Gossip) SetDevices(devices func() []Device) error {
+	g.devices.Store(&devices)
+	ds := devices()
+	return g.setMeta(func(nd *Node) { nd.Capacity.Devices = ds })
 }
 
 // SetStore announces where this node serves the cluster's store.
@@ -281,7 +320,7 @@ func (g *Gossip) loop() {
 				_ = g.ml.Shutdown()
 				return
 			}
-			g.announceLoad()
+			g.announce()
 			if time.Since(reconnected) >= reconnectEvery {
 				reconnected = time.Now()
 				g.reconnect()
@@ -354,27 +393,61 @@ func (g *Gossip) Serves(id, model string) bool {
 	return slices.Contains(n.Capacity.Models, model)
 }
 
-// announceLoad tells the others how many grains of each kind this node
-// holds, when that changed, in the background.
-func (g *Gossip) announceLoad() {
+// Free is the memory free across member id's devices, as it last
+// announced it, and whether it announced any.
+func (g *Gossip) Free(id string) (int64, bool) {
+	n, _ := g.member(id)
+	return n.Capacity.Free()
+}
+
+// announce tells the others how many grains of each kind this node holds
+// and what its devices have free, when that changed, in the background.
+func (g *Gossip) announce() {
 	load := map[string]int{}
 	for _, k := range g.c.GetClusterKinds() {
 		if kind, ok := g.c.TryGetClusterKind(k); ok && kind.Count() > 0 {
 			load[k] = int(kind.Count())
 		}
 	}
+	var devices []Device
+	if read := g.devices.Load(); read != nil {
+		devices = (*read)()
+	}
 	g.mu.Lock()
-	same := maps.Equal(load, g.self.Load)
+	same := maps.Equal(load, g.self.Load) && (devices == nil || sameDevices(devices, g.self.Capacity.Devices))
 	g.mu.Unlock()
 	if same || !g.announcing.CompareAndSwap(false, true) {
 		return
 	}
 	go func() { // memberlist waits until the update is sent: none may be, to a node alone
 		defer g.announcing.Store(false)
-		if err := g.setMeta(func(n *Node) { n.Load = load }); err != nil {
-			g.log.Debug("announce load", "err", err) // the next probe of this node carries it anyway
+		err := g.setMeta(func(n *Node) {
+			n.Load = load
+			if devices != nil {
+				n.Capacity.Devices = devices
+			}
+		})
+		if err != nil {
+			g.log.Debug("announce load and devices", "err", err) // the next probe of this node carries it anyway
 		}
 	}()
+}
+
+// sameDevices: b is a as announced, each device's free memory within a
+// hundredth of its memory.
+func sameDevices(a, b []Device) bool {
+	return slices.EqualFunc(a, b, func(x, y Device) bool {
+		d := x
+		d.Free = y.Free
+		return d == y && abs(x.Free-y.Free) < max(x.Memory/100, 1)
+	})
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // Weight is member id's placement weight, from the capacity it announces

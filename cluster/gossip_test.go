@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,5 +178,45 @@ func TestGossipJoinNobody(t *testing.T) {
 	g := NewGossip(GossipConfig{Bind: "127.0.0.1:0", Join: []string{"127.0.0.1:1"}, Log: quiet()})
 	if _, err := Start(sys, Config{Name: "gossip-test", Host: "127.0.0.1", RequestTimeout: time.Second, Gossip: g}, where()); err == nil {
 		t.Fatal("joined nobody")
+	}
+}
+
+// A member's devices travel in its metadata, and their free memory again
+// once it moves; GPU memory, not free memory, is the member's weight.
+func TestGossipDevices(t *testing.T) {
+	a := startGossip(t, nil)
+	defer a.c.Shutdown(true)
+	b := startGossip(t, []string{a.gossip.Addr()})
+	defer b.c.Shutdown(true)
+	waitMembers(t, 5*time.Second, []string{a.sys.Address(), b.sys.Address()}, a, b)
+	var free atomic.Int64
+	free.Store(6 << 30)
+	devices := func() []Device {
+		return []Device{{ID: "cpu0", Kind: "cpu", Name: "test", Memory: 8 << 30, Free: free.Load()},
+			{ID: "cuda0", Kind: "cuda", Name: "H100", Memory: 80 << 30, Free: 79 << 30}}
+	}
+	if err := a.gossip.SetDevices(devices); err != nil {
+		t.Fatal(err)
+	}
+	seen := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			got, ok := b.gossip.Free(a.sys.ID)
+			if ok && got == want+79<<30 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("free memory seen from the other member: %d %v, want %d", got, ok, want+79<<30)
+			}
+		}
+	}
+	seen(6 << 30)
+	free.Store(3 << 30)
+	seen(3 << 30)
+	if w := b.gossip.Weight(a.sys.ID); w != 80 {
+		t.Fatalf("weight of a member with an 80 GiB GPU: %v", w)
+	}
+	if _, ok := a.gossip.Free(b.sys.ID); ok {
+		t.Fatal("a member that announced no device has free memory")
 	}
 }

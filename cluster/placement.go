@@ -52,6 +52,10 @@ type Placement struct {
 	// serves what it needs, when one does.
 	Needs  func(kind, identity string) (string, error)
 	Serves func(id, model string) bool
+	// Free, when set, is the memory free across a member's devices (by
+	// member id), and whether it announced any: a grain goes to the
+	// member with clearly more of it (freer).
+	Free func(id string) (int64, bool)
 
 	c         *pcluster.Cluster
 	activator *actor.PID
@@ -206,8 +210,20 @@ func (p *Placement) serving(ranked []*pcluster.Member, kind, identity string) ([
 }
 
 // freer is whichever of a and b has more capacity for one more grain of
-// kind (its weight over the grains it holds, plus one); a on a tie.
+// kind: more free device memory, by more than a hundredth (what members
+// announce moves in such steps); else its weight over the grains it holds,
+// plus one; a on a tie.
 func (p *Placement) freer(a, b *pcluster.Member, kind string) *pcluster.Member {
+	if p.Free != nil {
+		fa, okA := p.Free(a.Id)
+		fb, okB := p.Free(b.Id)
+		if okA && okB && abs(fa-fb) > max(fa, fb)/100 {
+			if fb > fa {
+				return b
+			}
+			return a
+		}
+	}
 	free := func(m *pcluster.Member) float64 {
 		load := 0
 		if p.Load != nil {

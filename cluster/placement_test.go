@@ -185,3 +185,36 @@ func TestPlacementServesItsModel(t *testing.T) {
 		t.Error("runs of a model no member serves all went to one member")
 	}
 }
+
+// A new grain goes to the member with clearly more free device memory;
+// within a hundredth of each other, to the one less loaded.
+func TestPlacementFreeMemory(t *testing.T) {
+	st, err := persistence.Open(filepath.Join(t.TempDir(), "wts.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	free := map[string]int64{"m0": 10 << 30, "m1": 2 << 30}
+	load := map[string]int{"m0": 8, "m1": 0}
+	p := &Placement{Directory: st, Load: func(id, _ string) int { return load[id] },
+		Free: func(id string) (int64, bool) { return free[id], true }}
+	two := members([][]string{{"run"}, {"run"}})
+	place := func(from, to int) map[string]int {
+		on := map[string]int{}
+		for i := from; i < to; i++ {
+			o, err := p.owner(two, "run", fmt.Sprint("wtr_", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			on[o.Id]++
+		}
+		return on
+	}
+	if on := place(0, 20); on["m0"] != 20 {
+		t.Fatalf("with five times the free memory, m0 took %v", on)
+	}
+	free["m1"] = free["m0"] - free["m0"]/200
+	if on := place(20, 40); on["m1"] != 20 {
+		t.Fatalf("free memory within a hundredth, the less loaded m1 took %v", on)
+	}
+}
