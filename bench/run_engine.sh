@@ -51,8 +51,9 @@ for p in $PRESETS; do
   if [ "$p" = qwen3-0.6b ]; then eflags=${ENGINE_FLAGS:-"--decode 24 --rounds 2 --iters 2"} tflags=${TORCH_FLAGS:-"--iters 2"}; fi
   echo "== $p"
   keep "$OUT/engine-$p.json" ./bin/enginebench --model "$dir" "${PEER[@]}" $eflags
-  # Decode again with the base weights in bf16, beside the same peers.
-  keep "$OUT/engine-$p-bf16.json" ./bin/enginebench --model "$dir" --weights bf16 --decode-only "${PEER[@]}" $eflags
+  # Train and decode again with the base weights in bf16, beside the same
+  # peers.
+  keep "$OUT/engine-$p-bf16.json" ./bin/enginebench --model "$dir" --weights bf16 "${PEER[@]}" $eflags
   if [ -n "$PY" ]; then
     keep "$OUT/torch-train-$p.json" "$PY" bench/torch_train.py --model "$dir" $tflags || echo "(no PyTorch figure)"
   else
