@@ -284,12 +284,7 @@ func (r *Router) resolve(kind, id, method string) *actor.PID {
 func (r *Router) forward(kind, id string, m any) {
 	switch c := m.(type) {
 	case *Local:
-		if c.Counted {
-			r.reports.Add(1)
-		}
-		if !r.deliver(kind, id, &Local{Method: c.Method, Val: c.Val, Counted: c.Counted}) && c.Counted {
-			r.reports.Add(-1)
-		}
+		r.deliverCounted(kind, id, c)
 	case *wire.Call:
 		if pid := r.resolve(kind, id, c.Method); pid != nil {
 			r.Actors.Root.Send(pid, c)
@@ -323,8 +318,17 @@ func (r *Router) Report(kind, id, method string, msg any) {
 		r.Notify(kind, id, method, msg)
 		return
 	}
-	r.reports.Add(1)
-	if !r.deliver(kind, id, &Local{Method: method, Val: msg, Counted: true}) {
+	r.deliverCounted(kind, id, &Local{Method: method, Val: msg, Counted: true})
+}
+
+// deliverCounted is deliver, m counted until its grain has handled it
+// when m.Counted (Handled); it is not counted if it went as a wire call,
+// which the grain does not count.
+func (r *Router) deliverCounted(kind, id string, m *Local) {
+	if m.Counted {
+		r.reports.Add(1)
+	}
+	if !r.deliver(kind, id, m) && m.Counted {
 		r.reports.Add(-1)
 	}
 }

@@ -237,22 +237,24 @@ func loadRow(r EngineReport, label string, reps []EngineReport, s *summary) {
 	if r.Load.ResidentBytes == 0 {
 		return
 	}
-	gb := func(b int64) string { return fmt.Sprintf("%.2f GB", float64(b)/1e9) }
-	mine := gb(r.Load.ResidentBytes)
-	if r.Load.PeakRSSBytes > 0 {
-		mine += fmt.Sprintf(" (loading: %.1f s, peak RSS %s)", r.Load.Seconds, gb(r.Load.PeakRSSBytes))
-	}
 	peer, ratio := "(not run)", ""
 	for _, f := range reps {
 		if f.Model == r.Model && f.Weights == "f32" && f.Load.ResidentBytes > 0 {
-			peer = "float32 " + gb(f.Load.ResidentBytes)
-			if f.Load.PeakRSSBytes > 0 {
-				peer += fmt.Sprintf(" (loading: %.1f s, peak RSS %s)", f.Load.Seconds, gb(f.Load.PeakRSSBytes))
-			}
+			peer = "float32 " + f.Load.String()
 			ratio = fmt.Sprintf("%.2f×", float64(r.Load.ResidentBytes)/float64(f.Load.ResidentBytes))
 		}
 	}
-	s.add(r.Provenance, "base weights in memory, "+label, mine, peer, ratio)
+	s.add(r.Provenance, "base weights in memory, "+label, r.Load.String(), peer, ratio)
+}
+
+// String is the load as a table shows it: the weights' bytes, then what
+// loading took where it was measured.
+func (l BaseLoad) String() string {
+	gb := func(b int64) string { return fmt.Sprintf("%.2f GB", float64(b)/1e9) }
+	if l.PeakRSSBytes == 0 {
+		return gb(l.ResidentBytes)
+	}
+	return fmt.Sprintf("%s (loading: %.1f s, peak RSS %s)", gb(l.ResidentBytes), l.Seconds, gb(l.PeakRSSBytes))
 }
 
 // num is a rate as a table shows it: whole numbers, grouped in thousands,

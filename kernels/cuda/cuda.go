@@ -103,7 +103,7 @@ func (m *Model) weight(x []float32) (unsafe.Pointer, error) {
 		p, err := m.f32(x)
 		return unsafe.Pointer(p), err
 	}
-	h := safetensors.ToBF16(x)
+	h := safetensors.ToHalf(safetensors.BF16, x)
 	return m.alloc(2*len(h), unsafe.Pointer(&h[0]))
 }
 

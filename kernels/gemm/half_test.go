@@ -9,20 +9,10 @@ import (
 	"github.com/wts-project/wts/kernels/safetensors"
 )
 
-// halves are the 16-bit types with their rounding and widening.
-var halves = []struct {
-	name   string
-	t      Half
-	narrow func(float32) uint16
-	wide   func(uint16) float32
-}{{"bf16", BF16, safetensors.F32ToBF16, safetensors.BF16ToF32}, {"f16", F16, safetensors.F32ToF16, safetensors.F16ToF32}}
-
 func TestPackedHalfMatchesRef(t *testing.T) {
-	for _, h := range halves {
-		t.Run(h.name, func(t *testing.T) {
-			forEachSet(t, halfKernelSets(), func(t *testing.T) {
-				testPackedHalfMatchesRef(t, h.t, h.narrow, h.wide)
-			})
+	for _, typ := range []Half{BF16, F16} {
+		t.Run(string(typ.DType()), func(t *testing.T) {
+			forEachSet(t, halfKernelSets(), func(t *testing.T) { testPackedHalfMatchesRef(t, typ) })
 		})
 	}
 }
@@ -31,14 +21,10 @@ func TestPackedHalfMatchesRef(t *testing.T) {
 // the one-row kernels (MulAll, m < 4, with a float32 LoRA term), the tiles
 // (Mul), mc rows at a time past mc, from PackTHalf and PackNHalf, in a
 // slab that they fill to the half.
-func testPackedHalfMatchesRef(t *testing.T, typ Half, narrow func(float32) uint16, wide func(uint16) float32) {
+func testPackedHalfMatchesRef(t *testing.T, typ Half) {
 	rounded := func(w []float32) ([]uint16, []float32) {
-		h, back := make([]uint16, len(w)), make([]float32, len(w))
-		for i, v := range w {
-			h[i] = narrow(v)
-			back[i] = wide(h[i])
-		}
-		return h, back
+		h := typ.Narrow(w)
+		return h, safetensors.Decode(typ.DType(), safetensors.Encode(typ.DType(), w))
 	}
 	r := rng.New(10)
 	shapes := [][3]int{{1, 37, 19}, {1, 700, 1030}, {2, 64, 300}, {3, 50, 257}, {4, 70, 300}, {7, 4000, 513},
@@ -120,9 +106,9 @@ func BenchmarkDecodeHalf(b *testing.B) {
 			w := randSlice(r, s[0]*s[1])
 			switch typ {
 			case "bf16":
-				ws = append(ws, slab.PackTHalf(BF16, safetensors.ToBF16(w), s[0], s[1], s[1]))
+				ws = append(ws, slab.PackTHalf(BF16, BF16.Narrow(w), s[0], s[1], s[1]))
 			case "f16":
-				ws = append(ws, slab.PackTHalf(F16, safetensors.ToF16(w), s[0], s[1], s[1]))
+				ws = append(ws, slab.PackTHalf(F16, F16.Narrow(w), s[0], s[1], s[1]))
 			default:
 				ws = append(ws, slab.PackT(w, s[0], s[1], s[1]))
 			}

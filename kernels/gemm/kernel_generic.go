@@ -57,10 +57,14 @@ func gemv16Go(x, panel []float32, y *[nr]float32) {
 	}
 }
 
-func gemv64Go(x, panels []float32, y *[4 * nr]float32) {
+func gemv64Go(x, panels []float32, y *[4 * nr]float32) { fourPanels(gemv16Go, x, panels, y) }
+
+// fourPanels runs one, a one-panel kernel, over four consecutive panels of
+// depth len(x), panel i's sums to y[16i : 16i+16].
+func fourPanels[T float32 | uint16](one func([]float32, []T, *[nr]float32), x []float32, panels []T, y *[4 * nr]float32) {
 	k := len(x)
 	for i := 0; i < 4; i++ {
-		gemv16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
+		one(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
 	}
 }
 
@@ -100,10 +104,7 @@ func gemv16BF16Go(x []float32, panel []uint16, y *[nr]float32) {
 }
 
 func gemv64BF16Go(x []float32, panels []uint16, y *[4 * nr]float32) {
-	k := len(x)
-	for i := 0; i < 4; i++ {
-		gemv16BF16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
-	}
+	fourPanels(gemv16BF16Go, x, panels, y)
 }
 
 // An f16 panel row holds its columns in order: F16C converts eight
@@ -124,10 +125,7 @@ func gemv16F16Go(x []float32, panel []uint16, y *[nr]float32) {
 }
 
 func gemv64F16Go(x []float32, panels []uint16, y *[4 * nr]float32) {
-	k := len(x)
-	for i := 0; i < 4; i++ {
-		gemv16F16Go(x, panels[i*k*nr:(i+1)*k*nr], (*[nr]float32)(y[i*nr:(i+1)*nr]))
-	}
+	fourPanels(gemv16F16Go, x, panels, y)
 }
 
 // second is a source a tile adds into its sums after its own k steps and

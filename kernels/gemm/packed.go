@@ -78,12 +78,7 @@ func (t Half) DType() safetensors.DType {
 }
 
 // Narrow rounds each of x to t (to nearest even).
-func (t Half) Narrow(x []float32) []uint16 {
-	if t == F16 {
-		return safetensors.ToF16(x)
-	}
-	return safetensors.ToBF16(x)
-}
+func (t Half) Narrow(x []float32) []uint16 { return safetensors.ToHalf(t.DType(), x) }
 
 // Widen is h, a value of type t, as a float32 (exactly).
 func (t Half) Widen(h uint16) float32 {

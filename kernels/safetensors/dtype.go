@@ -38,20 +38,19 @@ func F32ToBF16(f float32) uint16 {
 	return uint16((b + rounding) >> 16)
 }
 
-// ToBF16 rounds each of x to bfloat16 (F32ToBF16).
-func ToBF16(x []float32) []uint16 {
-	h := make([]uint16, len(x))
-	for i, v := range x {
-		h[i] = F32ToBF16(v)
-	}
-	return h
-}
+// rounders round a float32 to each 16-bit type, to nearest even.
+var rounders = map[DType]func(float32) uint16{BF16: F32ToBF16, F16: F32ToF16}
 
-// ToF16 rounds each of x to IEEE half precision (F32ToF16).
-func ToF16(x []float32) []uint16 {
+// ToHalf rounds each of x to the 16-bit type d, BF16 or F16 (F32ToBF16,
+// F32ToF16).
+func ToHalf(d DType, x []float32) []uint16 {
+	round := rounders[d]
+	if round == nil {
+		panic("safetensors: " + string(d) + " is not a 16-bit type")
+	}
 	h := make([]uint16, len(x))
 	for i, v := range x {
-		h[i] = F32ToF16(v)
+		h[i] = round(v)
 	}
 	return h
 }

@@ -145,7 +145,7 @@ func (s *File) Narrow(name string, d DType) ([]uint16, []int, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%q: %w", name, ErrNotFound)
 	}
-	round := map[DType]func(float32) uint16{BF16: F32ToBF16, F16: F32ToF16}[d]
+	round := rounders[d]
 	if round == nil {
 		return nil, nil, fmt.Errorf("%q: %s is not a 16-bit type", name, d)
 	}

@@ -83,12 +83,12 @@ func TestReadNarrow(t *testing.T) {
 		if want := Decode(tt.DType, Encode(tt.DType, vals)); !slices.Equal(wide, want) {
 			t.Fatalf("%s: Float32 differs from the stored values", tt.Name)
 		}
-		for d, round := range map[DType]func([]float32) []uint16{BF16: ToBF16, F16: ToF16} {
+		for _, d := range []DType{BF16, F16} {
 			half, shape, err := f.Narrow(tt.Name, d)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(shape, tt.Shape) || !slices.Equal(half, round(wide)) {
+			if !slices.Equal(shape, tt.Shape) || !slices.Equal(half, ToHalf(d, wide)) {
 				t.Fatalf("%s as %s: not the stored values rounded (shape %v)", tt.Name, d, shape)
 			}
 		}
