@@ -112,7 +112,7 @@ func mustJSON(v any) string {
 // Wait polls operation id until it ends.
 func Wait(t testing.TB, s *actors.System, id string) *persistence.Operation {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second) // a long sample under -race on a loaded machine takes over 30 s
 	for time.Now().Before(deadline) {
 		op, err := s.GetOperation(Tenant, id)
 		if err != nil {
