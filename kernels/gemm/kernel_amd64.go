@@ -45,17 +45,8 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 		tileGo(rows, k, a, rs, cs, b, c, ldc, set, sec)
 		return
 	}
-	// Bounds the assembly relies on, checked once per tile.
-	_ = a[(rows-1)*rs+(k-1)*cs]
 	_ = b[k*nr-1]
-	_ = c[(rows-1)*ldc+nr-1]
-	var a2, b2 *float32
-	var rs2, cs2, k2 int
-	if sec != nil && sec.k > 0 {
-		_ = sec.a[(rows-1)*sec.rs+(sec.k-1)*sec.cs]
-		_ = sec.b[sec.k*nr-1]
-		a2, rs2, cs2, b2, k2 = &sec.a[0], sec.rs, sec.cs, &sec.b[0], sec.k
-	}
+	a2, rs2, cs2, b2, k2 := tileArgs(rows, k, a, rs, cs, c, ldc, sec)
 	switch {
 	case useAVX512 && rows == 4:
 		tile4x16Z(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
@@ -71,6 +62,67 @@ func tile(rows, k int, a []float32, rs, cs int, b, c []float32, ldc int, next *f
 		tile6x16AVX(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
 	}
 }
+
+// tileArgs checks the bounds the tile kernels rely on in A and C, once per
+// tile, and returns sec's arguments (all zero: none).
+func tileArgs(rows, k int, a []float32, rs, cs int, c []float32, ldc int, sec *second) (a2 *float32, rs2, cs2 int, b2 *float32, k2 int) {
+	_ = a[(rows-1)*rs+(k-1)*cs]
+	_ = c[(rows-1)*ldc+nr-1]
+	if sec != nil && sec.k > 0 {
+		_ = sec.a[(rows-1)*sec.rs+(sec.k-1)*sec.cs]
+		_ = sec.b[sec.k*nr-1]
+		a2, rs2, cs2, b2, k2 = &sec.a[0], sec.rs, sec.cs, &sec.b[0], sec.k
+	}
+	return a2, rs2, cs2, b2, k2
+}
+
+// tileAsm16 is the signature of the tile kernels over 16-bit panels.
+type tileAsm16 func(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile6x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile5x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile4x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile6x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile5x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+//go:noescape
+func tile4x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+
+// tile16Of is a 16-bit type's tile16: its AVX2 kernels of four, five and
+// six rows.
+func tile16Of(four, five, six tileAsm16) tile16 {
+	return func(rows, k int, a []float32, rs, cs int, b []uint16, c []float32, ldc int, next *float32, poff, pstep int, set bool, sec *second) {
+		if k == 0 {
+			tileGo(rows, 0, a, rs, cs, nil, c, ldc, set, sec)
+			return
+		}
+		_ = b[k*nr-1]
+		a2, rs2, cs2, b2, k2 := tileArgs(rows, k, a, rs, cs, c, ldc, sec)
+		run := six
+		switch rows {
+		case 4:
+			run = four
+		case 5:
+			run = five
+		}
+		run(k, &a[0], rs, cs, &b[0], &c[0], ldc, next, poff, pstep, set, a2, rs2, cs2, b2, k2)
+	}
+}
+
+// direct says whether k's tile kernels take its panels as they lie: on
+// AVX2, where widening each panel block into a buffer first cost batched
+// decode a sixth of its pace (bench/README.md). The AVX-512 tiles take
+// float32 panels, twice as wide, so there the block is widened first.
+func (k *halfKernels) direct() bool { return k.tile != nil && *k.on && !useAVX512 }
 
 //go:noescape
 func dot4AVX(k int, x, w *float32, ldw int, out *[4]float32)
@@ -140,11 +192,15 @@ var (
 		one:   gemv16Of(gemv16BF16AVX, gemv16BF16Go, &useAVX),
 		four:  gemv64Of(gemv64BF16AVX, gemv64BF16Go, &useAVX),
 		widen: widenOf(widenBF16AVX, widenBF16Go, &useAVX),
+		tile:  tile16Of(tile4x16BF16AVX, tile5x16BF16AVX, tile6x16BF16AVX),
+		on:    &useAVX,
 	}
 	f16Kernels = halfKernels{
 		one:   gemv16Of(gemv16F16AVX, gemv16F16Go, &useF16C),
 		four:  gemv64Of(gemv64F16AVX, gemv64F16Go, &useF16C),
 		widen: widenOf(widenF16AVX, widenF16Go, &useF16C),
+		tile:  tile16Of(tile4x16F16AVX, tile5x16F16AVX, tile6x16F16AVX),
+		on:    &useF16C,
 	}
 )
 

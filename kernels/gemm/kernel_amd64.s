@@ -58,38 +58,56 @@
 	VXORPS Y10, Y10, Y10 \
 	VXORPS Y11, Y11, Y11
 
-// One k step of the top four rows of a tile: B row in Y12/Y13, broadcasts
-// of A's column p at SI, rows R11 bytes apart (R12 = 3·R11). The 4x16 edge
-// kernel runs it alone.
-#define STEP4(boff) \
-	VMOVUPS boff(DI), Y12 \
-	VMOVUPS boff+32(DI), Y13 \
-	VBROADCASTSS (SI), Y14 \
-	VFMADD231PS Y12, Y14, Y0 \
-	VFMADD231PS Y13, Y14, Y1 \
-	VBROADCASTSS (SI)(R11*1), Y15 \
-	VFMADD231PS Y12, Y15, Y2 \
-	VFMADD231PS Y13, Y15, Y3 \
-	VBROADCASTSS (SI)(R11*2), Y14 \
-	VFMADD231PS Y12, Y14, Y4 \
-	VFMADD231PS Y13, Y14, Y5 \
-	VBROADCASTSS (SI)(R12*1), Y15 \
-	VFMADD231PS Y12, Y15, Y6 \
-	VFMADD231PS Y13, Y15, Y7
+// One k step of the top four rows of a tile: LOAD puts the B row at
+// boff(DI) in Y12/Y13 (F32, or a 16-bit type's BF16 or F16), and the
+// broadcasts of A's column p at SI, rows R11 bytes apart (R12 = 3·R11),
+// go to P and Q in turn (the bf16 tiles keep their mask in Y15 and pass
+// Y14 twice). The 4x16 edge kernel runs it alone.
+#define STEP4L(LOAD, boff, P, Q) \
+	LOAD(boff, DI, Y12, Y13) \
+	VBROADCASTSS (SI), P \
+	VFMADD231PS Y12, P, Y0 \
+	VFMADD231PS Y13, P, Y1 \
+	VBROADCASTSS (SI)(R11*1), Q \
+	VFMADD231PS Y12, Q, Y2 \
+	VFMADD231PS Y13, Q, Y3 \
+	VBROADCASTSS (SI)(R11*2), P \
+	VFMADD231PS Y12, P, Y4 \
+	VFMADD231PS Y13, P, Y5 \
+	VBROADCASTSS (SI)(R12*1), Q \
+	VFMADD231PS Y12, Q, Y6 \
+	VFMADD231PS Y13, Q, Y7
 
-// One k step of the top five rows: STEP4 and row 4.
-#define STEP5(boff) \
-	STEP4(boff) \
-	VBROADCASTSS (SI)(R11*4), Y14 \
-	VFMADD231PS Y12, Y14, Y8 \
-	VFMADD231PS Y13, Y14, Y9
+// One k step of the top five rows: STEP4L and row 4.
+#define STEP5L(LOAD, boff, P, Q) \
+	STEP4L(LOAD, boff, P, Q) \
+	VBROADCASTSS (SI)(R11*4), P \
+	VFMADD231PS Y12, P, Y8 \
+	VFMADD231PS Y13, P, Y9
 
-// One k step of the 6x16 tile: STEP5 and row 5 (R13 = 5·R11).
-#define STEP(boff) \
-	STEP5(boff) \
-	VBROADCASTSS (SI)(R13*1), Y15 \
-	VFMADD231PS Y12, Y15, Y10 \
-	VFMADD231PS Y13, Y15, Y11
+// One k step of the 6x16 tile: STEP5L and row 5 (R13 = 5·R11).
+#define STEP6L(LOAD, boff, P, Q) \
+	STEP5L(LOAD, boff, P, Q) \
+	VBROADCASTSS (SI)(R13*1), Q \
+	VFMADD231PS Y12, Q, Y10 \
+	VFMADD231PS Y13, Q, Y11
+
+// A float32 panel row: 16 columns at off(base), 0..7 in lo, 8..15 in hi.
+#define F32(off, base, lo, hi) \
+	VMOVUPS off(base), lo \
+	VMOVUPS 32+off(base), hi
+
+// The k steps over float32 panels (64 bytes a row), bf16 ones and f16 ones
+// (32 bytes a row; see BF16 and F16).
+#define STEP4(boff) STEP4L(F32, boff, Y14, Y15)
+#define STEP5(boff) STEP5L(F32, boff, Y14, Y15)
+#define STEP(boff) STEP6L(F32, boff, Y14, Y15)
+#define STEP4_BF16(boff) STEP4L(BF16, boff, Y14, Y14)
+#define STEP5_BF16(boff) STEP5L(BF16, boff, Y14, Y14)
+#define STEP6_BF16(boff) STEP6L(BF16, boff, Y14, Y14)
+#define STEP4_F16(boff) STEP4L(F16, boff, Y14, Y15)
+#define STEP5_F16(boff) STEP5L(F16, boff, Y14, Y15)
+#define STEP6_F16(boff) STEP6L(F16, boff, Y14, Y15)
 
 // Touch one 64-byte row of the C tile (at R9) and step to the next.
 #define PREFETCHROW \
@@ -275,12 +293,12 @@ done: \
 	LEAQ (R11)(R11*2), R12 \
 	LEAQ (R11)(R11*4), R13
 
-// Single k steps of S, CX of them, from label L.
-#define STEPS1(S, L) \
+// Single k steps of S, CX of them, from label L; a B row is W bytes.
+#define STEPS1(S, L, W) \
 L: \
 	S(0) \
 	ADDQ R14, SI \
-	ADDQ $64, DI \
+	ADDQ $W, DI \
 	DECQ CX \
 	JNZ  L
 
@@ -289,8 +307,10 @@ L: \
 // memory arrives while this one is multiplied. Steps alternate between S
 // and T, which may keep sums of their own (the AVX-512 tiles: see ZSTEP4).
 // Then the second source's k2 steps (none when k2 is 0): a LoRA term's
-// u·Bᵀ riding on its base product's tile. Ends at label store.
-#define TILE_LOOP(S, T) \
+// u·Bᵀ riding on its base product's tile, whose float32 rows S2 steps
+// over. B's rows are W1 bytes (W2, W3 and W4: two, three and four of
+// them). Ends at label store.
+#define TILE_LOOP(S, T, S2, W1, W2, W3, W4) \
 	MOVQ CX, BX \
 	SHRQ $2, BX \
 	ANDQ $3, CX \
@@ -303,24 +323,24 @@ loop4: \
 	ADDQ R14, SI \
 	ADDQ AX, R10 \
 	PREFETCHT0 (R10) \
-	T(64) \
+	T(W1) \
 	ADDQ R14, SI \
 	ADDQ AX, R10 \
 	PREFETCHT0 (R10) \
-	S(128) \
+	S(W2) \
 	ADDQ R14, SI \
 	ADDQ AX, R10 \
 	PREFETCHT0 (R10) \
-	T(192) \
+	T(W3) \
 	ADDQ R14, SI \
 	ADDQ AX, R10 \
-	ADDQ $256, DI \
+	ADDQ $W4, DI \
 	DECQ BX \
 	JNZ  loop4 \
 tail: \
 	TESTQ CX, CX \
 	JE    second \
-	STEPS1(S, loop1) \
+	STEPS1(S, loop1, W1) \
 second: \
 	MOVQ k2+120(FP), CX \
 	TESTQ CX, CX \
@@ -330,7 +350,7 @@ second: \
 	MOVQ cs2+104(FP), R14 \
 	MOVQ b2+112(FP), DI \
 	A_STRIDES \
-	STEPS1(T, loop2)
+	STEPS1(S2, loop2, 64)
 
 // The row-strip kernels' arguments: k in CX, a in SI, b in DI, b's row
 // stride in bytes in R8, c in DX.
@@ -342,95 +362,112 @@ second: \
 	MOVQ c+40(FP), DX \
 	SHLQ $2, R8
 
+// The AVX2 tile kernels' ends: add the rows' sums into C (set: write them
+// over it).
+#define TILE_END(STORES, SETS) \
+store: \
+	MOVBLZX set+80(FP), BX \
+	TESTQ   BX, BX \
+	JNE     set \
+	STORES \
+	VZEROUPPER \
+	RET \
+set: \
+	SETS \
+	VZEROUPPER \
+	RET
+
+#define STORE4 \
+	STORE(Y0, Y1) \
+	STORE(Y2, Y3) \
+	STORE(Y4, Y5) \
+	STORE(Y6, Y7)
+
+#define STORE5 \
+	STORE4 \
+	STORE(Y8, Y9)
+
+#define STORE6 \
+	STORE5 \
+	STORE(Y10, Y11)
+
+#define SET4 \
+	SET(Y0, Y1) \
+	SET(Y2, Y3) \
+	SET(Y4, Y5) \
+	SET(Y6, Y7)
+
+#define SET5 \
+	SET4 \
+	SET(Y8, Y9)
+
+#define SET6 \
+	SET5 \
+	SET(Y10, Y11)
+
+// An AVX2 tile of 4, 5 or 6 rows over a float32 panel, whose rows are 64
+// bytes.
+#define TILE32(TOUCH, ZERO, S, STORES, SETS) \
+	TILE_ARGS \
+	TOUCH \
+	ZERO \
+	TILE_LOOP(S, S, S, 64, 128, 192, 256) \
+	TILE_END(STORES, SETS)
+
+// The same over a 16-bit panel, read as it lies (32 bytes a row) and
+// widened in registers by S (LoRA's second source stays float32: S2). MASK
+// sets what the type's loads need (HIGHMASK for bf16's Y15).
+#define TILE16(MASK, TOUCH, ZERO, S, S2, STORES, SETS) \
+	TILE_ARGS \
+	MASK \
+	TOUCH \
+	ZERO \
+	TILE_LOOP(S, S, S2, 32, 64, 96, 128) \
+	TILE_END(STORES, SETS)
+
+#define NOMASK
+
 // func tile6x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 TEXT ·tile6x16AVX(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	TOUCH6
-	ZERO12
-	TILE_LOOP(STEP, STEP)
-
-store:
-	MOVBLZX set+80(FP), BX
-	TESTQ   BX, BX
-	JNE     set6
-	STORE(Y0, Y1)
-	STORE(Y2, Y3)
-	STORE(Y4, Y5)
-	STORE(Y6, Y7)
-	STORE(Y8, Y9)
-	STORE(Y10, Y11)
-	VZEROUPPER
-	RET
-
-set6:
-	SET(Y0, Y1)
-	SET(Y2, Y3)
-	SET(Y4, Y5)
-	SET(Y6, Y7)
-	SET(Y8, Y9)
-	SET(Y10, Y11)
-	VZEROUPPER
-	RET
+	TILE32(TOUCH6, ZERO12, STEP, STORE6, SET6)
 
 // func tile5x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 // A tile of five rows: sixteen decode rows cut 6+5+5 keep ten or more
 // accumulators in every tile, where 6+6+4 left the last tile eight, too few
 // to hide the FMA's latency (that tile cost 1.23× the 6-row one per row).
 TEXT ·tile5x16AVX(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	TOUCH5
-	ZERO10
-	TILE_LOOP(STEP5, STEP5)
-
-store:
-	MOVBLZX set+80(FP), BX
-	TESTQ   BX, BX
-	JNE     set5
-	STORE(Y0, Y1)
-	STORE(Y2, Y3)
-	STORE(Y4, Y5)
-	STORE(Y6, Y7)
-	STORE(Y8, Y9)
-	VZEROUPPER
-	RET
-
-set5:
-	SET(Y0, Y1)
-	SET(Y2, Y3)
-	SET(Y4, Y5)
-	SET(Y6, Y7)
-	SET(Y8, Y9)
-	VZEROUPPER
-	RET
+	TILE32(TOUCH5, ZERO10, STEP5, STORE5, SET5)
 
 // func tile4x16AVX(k int, a *float32, rs, cs int, b, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
 // The bottom tile of a packed row block that leaves four rows or fewer, and
 // the tiles of eight or fourteen rows read in place: a third less work than
 // a padded 6x16 tile, and it writes C directly.
 TEXT ·tile4x16AVX(SB), NOSPLIT, $0-128
-	TILE_ARGS
-	TOUCH4
-	ZERO8
-	TILE_LOOP(STEP4, STEP4)
+	TILE32(TOUCH4, ZERO8, STEP4, STORE4, SET4)
 
-store:
-	MOVBLZX set+80(FP), BX
-	TESTQ   BX, BX
-	JNE     set4
-	STORE(Y0, Y1)
-	STORE(Y2, Y3)
-	STORE(Y4, Y5)
-	STORE(Y6, Y7)
-	VZEROUPPER
-	RET
+// func tile6x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile6x16BF16AVX(SB), NOSPLIT, $0-128
+	TILE16(HIGHMASK(Y15), TOUCH6, ZERO12, STEP6_BF16, STEP, STORE6, SET6)
 
-set4:
-	SET(Y0, Y1)
-	SET(Y2, Y3)
-	SET(Y4, Y5)
-	SET(Y6, Y7)
-	VZEROUPPER
-	RET
+// func tile5x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile5x16BF16AVX(SB), NOSPLIT, $0-128
+	TILE16(HIGHMASK(Y15), TOUCH5, ZERO10, STEP5_BF16, STEP5, STORE5, SET5)
+
+// func tile4x16BF16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile4x16BF16AVX(SB), NOSPLIT, $0-128
+	TILE16(HIGHMASK(Y15), TOUCH4, ZERO8, STEP4_BF16, STEP4, STORE4, SET4)
+
+// func tile6x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile6x16F16AVX(SB), NOSPLIT, $0-128
+	TILE16(NOMASK, TOUCH6, ZERO12, STEP6_F16, STEP, STORE6, SET6)
+
+// func tile5x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile5x16F16AVX(SB), NOSPLIT, $0-128
+	TILE16(NOMASK, TOUCH5, ZERO10, STEP5_F16, STEP5, STORE5, SET5)
+
+// func tile4x16F16AVX(k int, a *float32, rs, cs int, b *uint16, c *float32, ldc int, next *float32, poff, pstep int, set bool, a2 *float32, rs2, cs2 int, b2 *float32, k2 int)
+TEXT ·tile4x16F16AVX(SB), NOSPLIT, $0-128
+	TILE16(NOMASK, TOUCH4, ZERO8, STEP4_F16, STEP4, STORE4, SET4)
 
 // The AVX-512 tiles: a row of the 16-wide panel is one Z register, so a k
 // step of six rows is six FMAs, each taking its broadcast of A straight
@@ -509,7 +546,7 @@ set4:
 	TILE_ARGS \
 	TOUCH \
 	ZERO \
-	TILE_LOOP(S, T) \
+	TILE_LOOP(S, T, T, 64, 128, 192, 256) \
 store: \
 	ZSTORE4
 

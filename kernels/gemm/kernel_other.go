@@ -19,6 +19,10 @@ var (
 	f16Kernels  = halfKernels{one: gemv16F16Go, four: gemv64F16Go, widen: widenF16Go}
 )
 
+// direct is false: without tile kernels of their own, 16-bit panels are
+// widened a block at a time for tileGo.
+func (k *halfKernels) direct() bool { return false }
+
 // Axpy adds alpha·x into y (y at least as long as x).
 func Axpy(alpha float32, x, y []float32) { axpyGo(alpha, x, y) }
 

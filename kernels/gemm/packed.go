@@ -26,8 +26,9 @@ import (
 // f16) keeps the same layout in half the bytes (a bf16 panel row's columns
 // paired for the vector unit: see pairBF16): the one-row decode kernels
 // read it as it lies, widening each value as they go (decode is bound by
-// the bytes it reads); the tile kernels widen a panel's k block into a
-// buffer first, which their rows then share.
+// the bytes it reads), and so do the AVX2 tile kernels; elsewhere the tile
+// path widens a panel's k block into a buffer first, which its rows then
+// share (halfKernels.direct).
 type Packed struct {
 	N, K   int
 	data   []float32    // nil when the matrix is stored in 16 bits
@@ -89,12 +90,30 @@ func (t Half) Widen(h uint16) float32 {
 }
 
 // halfKernels are a 16-bit type's kernels: the one- and four-panel decode
-// products (gemv16, gemv64) and the widening of panel rows to float32.
+// products (gemv16, gemv64), the widening of panel rows to float32, and
+// where the build has them, tile kernels that read its panels as they lie
+// (used while direct says so; on, the switch they need).
 type halfKernels struct {
 	one   func(x []float32, panel []uint16, y *[nr]float32)
 	four  func(x []float32, panels []uint16, y *[4 * nr]float32)
 	widen func(src []uint16, dst []float32)
+	tile  tile16
+	on    *bool
 }
+
+// kernels are t's kernels.
+func (t Half) kernels() *halfKernels {
+	switch t {
+	case BF16:
+		return &bf16Kernels
+	case F16:
+		return &f16Kernels
+	}
+	panic("gemm: no such 16-bit type")
+}
+
+// tile16 is tile over a 16-bit panel k deep, read as it lies.
+type tile16 func(rows, k int, a []float32, rs, cs int, b []uint16, c []float32, ldc int, next *float32, poff, pstep int, set bool, sec *second)
 
 // PackTHalf packs B = Wᵀ for h [n, k] (row-major, row stride ldh), values
 // of type t, as they are, in s (nil: their own allocation), which they
@@ -113,19 +132,14 @@ func (s *Slab) packHalf(t Half, tb bool, h []uint16, n, k, ldh int) *Packed {
 	p := newPacked(n, k)
 	p.half = s.takeHalf(PackedLen(n, k))
 	fillPanels(p, p.half, tb, h, ldh)
-	switch t {
-	case BF16:
-		p.kern = &bf16Kernels
+	p.kern = t.kernels()
+	if t == BF16 {
 		// Pair each panel row's columns for the vector unit (pairBF16).
 		par.For(len(p.half)/nr, 4096, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				pairBF16((*[nr]uint16)(p.half[r*nr:]))
 			}
 		})
-	case F16:
-		p.kern = &f16Kernels
-	default:
-		panic("gemm: no such 16-bit type")
 	}
 	return p
 }
@@ -162,8 +176,8 @@ func (p *Packed) Mul(ta bool, m int, alpha float32, a []float32, lda int, beta f
 		p.mulBlocked(ta, m, alpha, a, lda, beta, c, ldc)
 		return
 	}
-	// bf16 panels run mc rows at a time through the tile path, which widens
-	// each panel block once for them all.
+	// 16-bit panels run mc rows at a time through the tile path, which
+	// reads each panel block once for them all.
 	for i := 0; i < m; i += mc {
 		ai := i * lda // row i of op(A): row i of A, or its column i
 		if ta {
@@ -686,17 +700,21 @@ func (pl *rowsPlan) blockData(q, bi int) *float32 {
 func (pl *rowsPlan) tileBlock(q, bi int, next *float32, withTerm bool) {
 	p, pc := pl.p, bi*kc
 	kb, nw := min(kc, p.K-pc), min(nr, p.N-q*nr)
-	var bp []float32
+	at := p.blocks[bi] + q*nr*kb
+	var b bPanel
 	var wide *[]float32
-	if p.half != nil {
+	switch {
+	case p.half == nil:
+		b.f = p.data[at:][:nr*kb]
+	case p.kern.direct():
+		b.h, b.kern = p.half[at:][:nr*kb], p.kern
+	default: // widened once for all the rows
 		wide = getBuf(nr * kb)
-		bp = (*wide)[:nr*kb]
-		p.kern.widen(p.half[p.blocks[bi]+q*nr*kb:][:nr*kb], bp)
-	} else {
-		bp = p.data[p.blocks[bi]+q*nr*kb:][:nr*kb]
+		b.f = (*wide)[:nr*kb]
+		p.kern.widen(p.half[at:][:nr*kb], b.f)
 	}
 	if next == nil {
-		next = &bp[0]
+		next = p.at(at)
 	}
 	set := pl.set && bi == 0
 	var sec *second
@@ -704,9 +722,9 @@ func (pl *rowsPlan) tileBlock(q, bi int, next *float32, withTerm bool) {
 		r := pl.term.K
 		sec = &second{a: pl.tu, rs: pl.ldu, cs: 1, b: pl.term.data[pl.term.blocks[0]+q*nr*r:][:nr*r], k: r}
 	}
-	panelTiles(pl.src.from(0, pc), bp, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next, set, sec)
+	panelTiles(pl.src.from(0, pc), b, pl.c, pl.ldc, 0, pl.whole, q*nr, kb, nw, next, set, sec)
 	if pl.tail != nil {
-		panelTiles(aBlock{a: pl.tail[pc*mr:]}, bp, pl.c, pl.ldc, pl.whole, pl.m-pl.whole, q*nr, kb, nw, next, set, nil)
+		panelTiles(aBlock{a: pl.tail[pc*mr:]}, b, pl.c, pl.ldc, pl.whole, pl.m-pl.whole, q*nr, kb, nw, next, set, nil)
 	}
 	if wide != nil {
 		packPool.Put(wide)

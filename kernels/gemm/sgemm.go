@@ -209,7 +209,7 @@ func (j *narrowJob) block(i0 int, ap []float32) {
 		base := pc * j.panels * nr
 		for q := 0; q < j.panels; q++ {
 			bp := j.pb[base+q*nr*kb : base+(q+1)*nr*kb]
-			panelTiles(blk, bp, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0], j.set && pc == 0, nil)
+			panelTiles(blk, bPanel{f: bp}, j.c, j.ldc, i0, rows, q*nr, kb, min(nr, j.n-q*nr), &bp[0], j.set && pc == 0, nil)
 		}
 	}
 }
@@ -272,7 +272,7 @@ func macroKernel(pa, pb, c []float32, ldc, ic, mb, jc, kb, n, qlo, qhi int, set 
 		if q+1 < qhi {
 			next = &pb[(q+1)*nr*kb]
 		}
-		panelTiles(aBlock{a: pa}, bp, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next, set, nil)
+		panelTiles(aBlock{a: pa}, bPanel{f: bp}, c, ldc, ic, mb, jc+q*nr, kb, min(nr, n-jc-q*nr), next, set, nil)
 	}
 }
 
@@ -322,7 +322,7 @@ func (b aBlock) tileAt(ir, kb int) ([]float32, int, int) {
 // the other cores wait (~2.5% of a 16-stream decode step). sec (nil: none)
 // is a second source every tile adds before it stores, its rows from the
 // block's first (in place, and so is ab).
-func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool, sec *second) {
+func panelTiles(ab aBlock, b bPanel, c []float32, ldc, ic, mb, j0, kb, nw int, next *float32, set bool, sec *second) {
 	if mb <= 0 {
 		return
 	}
@@ -333,7 +333,12 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 	// next panel, and the extra misses take the line fill buffers that the
 	// next panel's lines need (a few-row product reads its weights at what
 	// those buffers allow).
-	pstep := max(4, (64+tiles-1)/tiles)
+	// A 16-bit panel's rows are half as long.
+	row := 64
+	if b.h != nil {
+		row = 32
+	}
+	pstep := max(4, (row+tiles-1)/tiles)
 	for t, ir, mw := 0, 0, 0; ir < mb; t, ir = t+1, ir+mw {
 		mw = min(mr, mb-ir)
 		if ab.rs != 0 {
@@ -353,10 +358,10 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 			s2 = &own
 		}
 		if nw == nr && mw == rows {
-			tile(rows, kb, a, rs, cs, bp, c[cOff:], ldc, next, poff, pstep, set, s2)
+			b.tile(rows, kb, a, rs, cs, c[cOff:], ldc, next, poff, pstep, set, s2)
 		} else {
 			var edge [mr * nr]float32
-			tile(rows, kb, a, rs, cs, bp, edge[:], nr, next, poff, pstep, true, s2)
+			b.tile(rows, kb, a, rs, cs, edge[:], nr, next, poff, pstep, true, s2)
 			for i := 0; i < mw; i++ {
 				row := c[cOff+i*ldc : cOff+i*ldc+nw]
 				if set {
@@ -369,6 +374,24 @@ func panelTiles(ab aBlock, bp, c []float32, ldc, ic, mb, j0, kb, nw int, next *f
 			}
 		}
 	}
+}
+
+// bPanel is one packed panel's k block as the tile kernels read it:
+// float32 values (f), or 16-bit ones (h) that kern's tile kernels widen
+// in registers.
+type bPanel struct {
+	f    []float32
+	h    []uint16
+	kern *halfKernels
+}
+
+// tile is the package's tile over b.
+func (b bPanel) tile(rows, k int, a []float32, rs, cs int, c []float32, ldc int, next *float32, poff, pstep int, set bool, sec *second) {
+	if b.h != nil {
+		b.kern.tile(rows, k, a, rs, cs, b.h, c, ldc, next, poff, pstep, set, sec)
+		return
+	}
+	tile(rows, k, a, rs, cs, b.f, c, ldc, next, poff, pstep, set, sec)
 }
 
 func scaleC(m, n int, beta float32, c []float32, ldc int) {
