@@ -225,7 +225,7 @@ func TestExportLoRA(t *testing.T) {
 	}
 	toks := probe["data"].([]any)[0].(map[string]any)["model_input"].(map[string]any)["token_ids"].([]int)
 	targets := probe["data"].([]any)[0].(map[string]any)["loss_fn_inputs"].(map[string]any)["target_tokens"].([]int)
-	lp, err := sampler.Logprobs(m, m.Freeze(ad), append(toks, targets[len(targets)-1]))
+	lp, err := sampler.Logprobs(sampler.OnCPU(m), m.Freeze(ad), append(toks, targets[len(targets)-1]))
 	if err != nil {
 		t.Fatal(err)
 	}

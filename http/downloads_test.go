@@ -151,8 +151,8 @@ func TestDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := []int{3, 9, 27, 14, 5}
-	want, _ := sampler.Logprobs(base, base.Freeze(ad), tokens)
-	got, err := sampler.Logprobs(transformer.New(mw), nil, tokens)
+	want, _ := sampler.Logprobs(sampler.OnCPU(base), base.Freeze(ad), tokens)
+	got, err := sampler.Logprobs(sampler.OnCPU(transformer.New(mw)), nil, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/wts-project/wts/kernels/gemm"
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/model"
+	"github.com/wts-project/wts/kernels/sampler"
 	"github.com/wts-project/wts/kernels/transformer"
 	"github.com/wts-project/wts/providers"
 )
@@ -14,8 +15,30 @@ import (
 // models loads each catalog model once per node: the trainer's executor
 // and the samplers' share its weights, which nothing writes after loading.
 type models struct {
-	mu     sync.Mutex
-	loaded map[string]*transformer.Model[float32]
+	mu      sync.Mutex
+	loaded  map[string]*transformer.Model[float32]
+	engines map[string]sampler.Engine
+}
+
+// engine returns the catalog model name as the sampling executor runs it:
+// the engine of the device it owns, the CPU's (over the weights the
+// trainers share), made once so that its streams batch together.
+func (s *node) engine(name string) (sampler.Engine, error) {
+	m, err := s.model(name)
+	if err != nil {
+		return nil, err
+	}
+	s.models.mu.Lock()
+	defer s.models.mu.Unlock()
+	if e := s.models.engines[name]; e != nil {
+		return e, nil
+	}
+	if s.models.engines == nil {
+		s.models.engines = map[string]sampler.Engine{}
+	}
+	e := sampler.OnCPU(m)
+	s.models.engines[name] = e
+	return e, nil
 }
 
 // model returns the catalog model name, loading it the first time.

@@ -17,7 +17,6 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/sampler"
-	"github.com/wts-project/wts/kernels/transformer"
 )
 
 // Sampling runs the samplers of this node: never on the trainer's
@@ -98,11 +97,11 @@ type flight struct {
 	reported  time.Time // its last progress report (or its start)
 }
 
-// heldAdapter is a sampler's adapter, prepared for decoding.
+// heldAdapter is a sampler's adapter, made ready for its engine.
 type heldAdapter struct {
 	version int64
-	model   *transformer.Model[float32]
-	frozen  *transformer.Frozen[float32]
+	engine  sampler.Engine
+	adapter sampler.Adapter
 	bytes   int64 // its share of the memory budget
 }
 
@@ -148,7 +147,6 @@ func newSampling(s *node) *Sampling {
 func (e *Sampling) work() {
 	defer close(e.done)
 	par.EngineThread()
-	ar := transformer.NewArena[float32]()
 	open := true
 	for open || len(e.flying)+len(e.starting) > 0 {
 		switch {
@@ -196,7 +194,7 @@ func (e *Sampling) work() {
 			}
 		}
 		e.launch()
-		e.step(ar)
+		e.step()
 	}
 }
 
@@ -227,7 +225,7 @@ func (e *Sampling) launch() {
 		default:
 			// The request's KV caches, sized before any is allocated; it
 			// waits for them when the budget is short.
-			c := f.held.model.Cfg()
+			c := f.held.engine.Config()
 			kv := kvBytes(c, len(f.req.Prompt), f.req.NumSamples, f.req.Params.MaxTokens)
 			if !e.sys.mem.take(kv) {
 				later = append(later, f)
@@ -244,16 +242,16 @@ func (e *Sampling) launch() {
 			time.Sleep(roomWait)
 		}
 	}
-	for _, fs := range byModel(ready, func(f *flight) *transformer.Model[float32] { return f.held.model }) {
-		zs, qs := make([]*transformer.Frozen[float32], len(fs)), make([]sampler.Request, len(fs))
+	for _, fs := range byEngine(ready, func(f *flight) sampler.Engine { return f.held.engine }) {
+		zs, qs := make([]sampler.Adapter, len(fs)), make([]sampler.Request, len(fs))
 		for i, f := range fs {
 			e.started(f.job)
-			zs[i], qs[i] = f.held.frozen, f.req
+			zs[i], qs[i] = f.held.adapter, f.req
 		}
 		var streams []*sampler.Stream
 		var errs []error
 		err := grain.Guard(e.sys.env.Log, "sampling prefill", func() error {
-			streams, errs = sampler.StartMany(fs[0].held.model, zs, qs)
+			streams, errs = sampler.StartMany(fs[0].held.engine, zs, qs)
 			return nil
 		})
 		for i, f := range fs {
@@ -429,7 +427,7 @@ func (e *Sampling) fly(j *SamplingJob, h *heldAdapter, p payload.Parsed, start t
 // logprobs scores a sequence at once, once its KV cache fits the budget.
 func (e *Sampling) logprobs(j *SamplingJob, h *heldAdapter, pp payload.Parsed, start time.Time) {
 	p := pp.(*payload.LogprobsPayload)
-	kv := RequestKV(h.model.Cfg(), p)
+	kv := RequestKV(h.engine.Config(), p)
 	if !e.sys.mem.take(kv) {
 		e.short()
 		e.waiting = append(e.waiting, j)
@@ -437,7 +435,7 @@ func (e *Sampling) logprobs(j *SamplingJob, h *heldAdapter, pp payload.Parsed, s
 	}
 	defer e.sys.mem.give(kv)
 	e.started(j)
-	lps, err := sampler.Logprobs(h.model, h.frozen, p.Input.TokenIDs)
+	lps, err := sampler.Logprobs(h.engine, h.adapter, p.Input.TokenIDs)
 	if err != nil {
 		e.report(j, failure(context.Background(), err), start)
 		return
@@ -448,22 +446,22 @@ func (e *Sampling) logprobs(j *SamplingJob, h *heldAdapter, pp payload.Parsed, s
 // step decodes one token for every request in flight, one batched pass per
 // base model, and reports the requests that finished. A group whose pass
 // failed (a panic included) fails its requests only.
-func (e *Sampling) step(ar *transformer.Arena[float32]) {
+func (e *Sampling) step() {
 	var streams []*sampler.Stream
 	for _, f := range e.flying {
 		if !f.stream.Done() && !f.cancelled {
 			streams = append(streams, f.stream)
 		}
 	}
-	failed := map[*transformer.Model[float32]]error{}
-	for _, ss := range byModel(streams, (*sampler.Stream).Model) {
-		if err := grain.Guard(e.sys.env.Log, "sampling step", func() error { return sampler.Step(ss, ar) }); err != nil {
-			failed[ss[0].Model()] = err
+	failed := map[sampler.Engine]error{}
+	for _, ss := range byEngine(streams, (*sampler.Stream).Engine) {
+		if err := grain.Guard(e.sys.env.Log, "sampling step", func() error { return sampler.Step(ss) }); err != nil {
+			failed[ss[0].Engine()] = err
 		}
 	}
 	left := e.flying[:0]
 	for _, f := range e.flying {
-		err := failed[f.stream.Model()]
+		err := failed[f.stream.Engine()]
 		if err == nil {
 			err = f.stream.Err()
 		}
@@ -507,15 +505,16 @@ func (e *Sampling) progress(f *flight) {
 	e.sys.env.Reports.SamplerProgress(f.job.ReplyID, p)
 }
 
-// byModel groups items by their base model, in the order first seen.
-func byModel[T any](items []T, model func(T) *transformer.Model[float32]) [][]T {
-	index := map[*transformer.Model[float32]]int{}
+// byEngine groups items by their engine (one per base model), in the
+// order first seen.
+func byEngine[T any](items []T, engine func(T) sampler.Engine) [][]T {
+	index := map[sampler.Engine]int{}
 	var groups [][]T
 	for _, it := range items {
-		m := model(it)
-		k, seen := index[m]
+		g := engine(it)
+		k, seen := index[g]
 		if !seen {
-			k, index[m] = len(groups), len(groups)
+			k, index[g] = len(groups), len(groups)
 			groups = append(groups, nil)
 		}
 		groups[k] = append(groups[k], it)
@@ -581,16 +580,16 @@ func (e *Sampling) adapter(j *SamplingJob) (*heldAdapter, error) {
 	if h := e.held[j.SamplerID]; h != nil && h.version == j.Version {
 		return h, nil
 	}
-	m, err := e.sys.model(j.BaseModel)
+	eng, err := e.sys.engine(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
-	ad, err := lora.LoadPEFT(e.sys.env.Volume.WeightsDir(j.RunID, j.Version), m.Cfg())
+	ad, err := lora.LoadPEFT(e.sys.env.Volume.WeightsDir(j.RunID, j.Version), eng.Config())
 	if err != nil {
 		return nil, fmt.Errorf("load weight version %d of %s: %w", j.Version, j.RunID, err)
 	}
 	e.drop(j.SamplerID) // the version it held before
-	need := adapterBytes(m.Cfg(), ad.Cfg)
+	need := adapterBytes(eng.Config(), ad.Cfg)
 	if !e.sys.mem.take(need) {
 		e.trimIdle(j.SamplerID)
 		if !e.sys.mem.take(need) {
@@ -598,7 +597,7 @@ func (e *Sampling) adapter(j *SamplingJob) (*heldAdapter, error) {
 			return nil, errNoRoom
 		}
 	}
-	h := &heldAdapter{version: j.Version, model: m, frozen: m.Freeze(ad), bytes: need}
+	h := &heldAdapter{version: j.Version, engine: eng, adapter: eng.Freeze(ad), bytes: need}
 	e.held[j.SamplerID] = h
 	return h, nil
 }

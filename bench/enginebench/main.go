@@ -68,11 +68,10 @@ func agree(m *transformer.Model[float32], p *harness.DecodePeer, prompt int) {
 	for i := range ids {
 		ids[i] = 3 + i*7%50
 	}
-	st, err := sampler.Start(m, nil, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: len(p.Greedy), Temperature: 0, TopP: 1, TopK: -1}})
+	st, err := sampler.Start(sampler.OnCPU(m), nil, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: len(p.Greedy), Temperature: 0, TopP: 1, TopK: -1}})
 	check(err)
-	ar := transformer.NewArena[float32]()
 	for !st.Done() {
-		check(sampler.Step([]*sampler.Stream{st}, ar))
+		check(sampler.Step([]*sampler.Stream{st}))
 	}
 	mine := st.Result().Sequences[0].Tokens
 	for p.GreedyAgree < min(len(mine), len(p.Greedy)) && mine[p.GreedyAgree] == p.Greedy[p.GreedyAgree] {
@@ -164,7 +163,8 @@ func main() {
 	cfg := lora.Config{Rank: *rank, Alpha: 32, Seed: 1}
 	cfg.Targets(true, true, false)
 	ad, _ := lora.New(w.Cfg, cfg)
-	z := m.Freeze(ad) // the sampling runs' adapter snapshot
+	eng := sampler.OnCPU(m)
+	z := eng.Freeze(ad) // the sampling runs' adapter snapshot
 	tr := train.NewTrainer(m, ad)
 	r := rng.New(1)
 	var data []train.Datum
@@ -191,13 +191,12 @@ func main() {
 		// prefill and the first token (sampler.Start) are not timed, so the
 		// steps make decode-1 tokens a sample.
 		decodeSecs := func(n int) float64 {
-			st, err := sampler.Start(m, z, sampler.Request{Prompt: prompt, NumSamples: n,
+			st, err := sampler.Start(eng, z, sampler.Request{Prompt: prompt, NumSamples: n,
 				Params: sampler.Params{MaxTokens: *decode, Temperature: 1, TopP: 1, TopK: -1}})
 			check(err)
-			ar := transformer.NewArena[float32]()
 			t0 := time.Now()
 			for !st.Done() {
-				check(sampler.Step([]*sampler.Stream{st}, ar))
+				check(sampler.Step([]*sampler.Stream{st}))
 			}
 			return time.Since(t0).Seconds()
 		}

@@ -34,24 +34,24 @@ func EngineAlone(dir string, rank, prompt, tokens, runs int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	z := m.Freeze(ad)
+	eng := sampler.OnCPU(m)
+	z := eng.Freeze(ad)
 	ids := make([]int, prompt)
 	for i := range ids {
 		ids[i] = 3 + i*7%(w.Cfg.Vocab-3)
 	}
 	var firsts, steps []float64
 	var total time.Duration
-	ar := transformer.NewArena[float32]()
 	for range runs {
 		t0 := time.Now()
-		s, err := sampler.Start(m, z, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: tokens, Temperature: 0, TopP: 1, TopK: -1}})
+		s, err := sampler.Start(eng, z, sampler.Request{Prompt: ids, NumSamples: 1, Params: sampler.Params{MaxTokens: tokens, Temperature: 0, TopP: 1, TopK: -1}})
 		if err != nil {
 			return nil, err
 		}
 		firsts = append(firsts, ms(time.Since(t0)))
 		for !s.Done() {
 			t1 := time.Now()
-			if err := sampler.Step([]*sampler.Stream{s}, ar); err != nil {
+			if err := sampler.Step([]*sampler.Stream{s}); err != nil {
 				return nil, err
 			}
 			steps = append(steps, ms(time.Since(t1)))

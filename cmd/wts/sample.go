@@ -73,7 +73,7 @@ func sampleCmd(args []string) error {
 		}
 	}
 	m := transformer.New(w)
-	res, err := sampler.Sample(m, m.Freeze(ad), sampler.Request{Prompt: toks, Params: p, NumSamples: *n})
+	res, err := sampler.Sample(sampler.OnCPU(m), m.Freeze(ad), sampler.Request{Prompt: toks, Params: p, NumSamples: *n})
 	if err != nil {
 		return err
 	}

@@ -44,11 +44,11 @@ func TestMerge(t *testing.T) {
 	}
 	base := transformer.New(w)
 	tokens := []int{1, 5, 9, 2, 7, 3}
-	want, err := sampler.Logprobs(base, base.Freeze(ad), tokens)
+	want, err := sampler.Logprobs(sampler.OnCPU(base), base.Freeze(ad), tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := sampler.Logprobs(transformer.New(merged), nil, tokens)
+	got, err := sampler.Logprobs(sampler.OnCPU(transformer.New(merged)), nil, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

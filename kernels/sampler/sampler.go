@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/ops"
 	"github.com/wts-project/wts/kernels/rng"
-	"github.com/wts-project/wts/kernels/transformer"
 )
 
 // Request is one sample call.
@@ -92,18 +92,16 @@ func CheckTokens(toks []int, vocab int) error {
 	return nil
 }
 
-// Sample runs a request on model m with adapter z (m.Freeze(ad); nil for the
-// base model).
-// The prompt is prefilled once; all samples decode together, one batched
-// forward pass per generated position.
-func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Result, error) {
-	s, err := Start(m, z, q)
+// Sample runs a request on engine e under adapter z (e.Freeze(ad); nil for
+// the base model). The prompt is prefilled once; all samples decode
+// together, one batched forward pass per generated position.
+func Sample(e Engine, z Adapter, q Request) (*Result, error) {
+	s, err := Start(e, z, q)
 	if err != nil {
 		return nil, err
 	}
-	ar := transformer.NewArena[float32]()
 	for !s.Done() {
-		if err := Step([]*Stream{s}, ar); err != nil {
+		if err := Step([]*Stream{s}); err != nil {
 			return nil, err
 		}
 	}
@@ -112,16 +110,16 @@ func Sample(m *transformer.Model[float32], z *transformer.Frozen[float32], q Req
 
 // Stream is a sample request in flight: its prompt prefilled, its sequences
 // decoding one token per Step. Step advances many streams at once, of any
-// adapters over one base model, so that requests of several samplers share
+// adapters over one engine, so that requests of several samplers share
 // every base product.
 type Stream struct {
-	m       *transformer.Model[float32]
-	z       *transformer.Frozen[float32]
+	e       Engine
+	z       Adapter
 	params  *Params
 	res     *Result
 	stop    map[int]bool
 	streams []*rng.Source
-	caches  []*transformer.Cache[float32]
+	caches  []Cache
 	active  []int // unfinished samples
 
 	// err is the first draw that failed (a logits row without a
@@ -133,64 +131,107 @@ type Stream struct {
 
 // Start prefills a request's prompt (with its prompt logprobs when asked)
 // and draws each sample's first token.
-func Start(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request) (*Stream, error) {
-	streams, errs := StartMany(m, []*transformer.Frozen[float32]{z}, []Request{q})
+func Start(e Engine, z Adapter, q Request) (*Stream, error) {
+	streams, errs := StartMany(e, []Adapter{z}, []Request{q})
 	return streams[0], errs[0]
 }
 
 // StartMany starts several requests (request i under adapter zs[i]) with
 // their prompts prefilled together in one pass. A request that fails its
 // checks gets its error and the others start.
-func StartMany(m *transformer.Model[float32], zs []*transformer.Frozen[float32], qs []Request) ([]*Stream, []error) {
-	c := m.Cfg()
+func StartMany(e Engine, zs []Adapter, qs []Request) ([]*Stream, []error) {
+	c := e.Config()
 	streams, errs := make([]*Stream, len(qs)), make([]error, len(qs))
 	var ok []int
-	var okZ []*transformer.Frozen[float32]
-	var roots []*transformer.Cache[float32]
+	var okZ []Adapter
+	var roots []Cache
 	var prompts [][]int
+	var all []bool
+	var scores []*promptScores
 	for i, q := range qs {
 		if errs[i] = q.Validate(c.Vocab, c.MaxPos); errs[i] != nil {
 			continue
 		}
-		ok, okZ = append(ok, i), append(okZ, zs[i])
-		roots, prompts = append(roots, m.NewCache()), append(prompts, q.Prompt)
+		ps := newPromptScores(q)
+		ok, okZ, scores = append(ok, i), append(okZ, zs[i]), append(scores, ps)
+		roots, prompts, all = append(roots, e.NewCache()), append(prompts, q.Prompt), append(all, ps.all)
 	}
 	if len(ok) == 0 {
 		return streams, errs
 	}
-	hidden, err := m.ExtendRows(okZ, roots, prompts)
+	err := e.Prefill(okZ, roots, prompts, all, func(k, t int, row []float32) { scores[k].add(t, row) })
 	for k, i := range ok {
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		if streams[i] = begin(m, zs[i], qs[i], roots[k], hidden[k]); streams[i].err != nil {
+		if streams[i] = begin(zs[i], qs[i], roots[k], scores[k], e); streams[i].err != nil {
 			errs[i], streams[i] = streams[i].err, nil
 		}
 	}
 	return streams, errs
 }
 
+// promptScores gathers a prefilled prompt's logits as they come: the last
+// position's row, from which the first new token is drawn, and where all,
+// every earlier position's logprob of the prompt's next token (and its top
+// k tokens). A row without a distribution (checkRow) is an error: its
+// logprobs would be NaN. Rows may come concurrently.
+type promptScores struct {
+	prompt []int
+	all    bool
+	k      int
+	last   []float32
+	lps    []*float64
+	top    [][]TokenLogprob
+
+	mu  sync.Mutex
+	err error
+}
+
+func newPromptScores(q Request) *promptScores {
+	ps := &promptScores{prompt: q.Prompt, all: q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0, k: q.TopKPromptLogprobs}
+	if ps.all {
+		ps.lps = make([]*float64, len(q.Prompt))
+		if ps.k > 0 {
+			ps.top = make([][]TokenLogprob, len(q.Prompt))
+		}
+	}
+	return ps
+}
+
+// add takes position t's logits row.
+func (ps *promptScores) add(t int, row []float32) {
+	if t == len(ps.prompt)-1 {
+		ps.last = append([]float32(nil), row...)
+		return
+	}
+	if err := checkRow(row); err != nil {
+		ps.mu.Lock()
+		ps.err = cmp.Or(ps.err, fmt.Errorf("prompt position %d: %w", t, err))
+		ps.mu.Unlock()
+		return
+	}
+	lse := ops.LogSumExp(row)
+	lp := float64(row[ps.prompt[t+1]]) - lse
+	ps.lps[t+1] = &lp
+	if ps.k > 0 {
+		ps.top[t+1] = topK(row, ps.k, lse)
+	}
+}
+
 // begin makes the stream of a prefilled request: its prompt logprobs when
 // asked, each sample's cache and random stream, and its first tokens. A
 // stream that could not start has err set.
-func begin(m *transformer.Model[float32], z *transformer.Frozen[float32], q Request, root *transformer.Cache[float32], hidden []float32) *Stream {
-	s := &Stream{m: m, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
-	P, D := len(q.Prompt), m.Cfg().Hidden
-	var last []float32
-	if q.IncludePromptLogprobs || q.TopKPromptLogprobs > 0 {
-		s.res.PromptLogprobs, s.res.TopKPromptLogprobs, s.err = promptLogprobs(m, z, hidden, q.Prompt, q.TopKPromptLogprobs, &last)
-		if s.err != nil {
-			return s
-		}
-		if !q.IncludePromptLogprobs {
-			s.res.PromptLogprobs = nil
-		}
-	} else {
-		m.Logits(z, hidden[(P-1)*D:], 1, nil, func(_ int, row []float32) {
-			last = append([]float32(nil), row...)
-		})
+func begin(z Adapter, q Request, root Cache, ps *promptScores, e Engine) *Stream {
+	s := &Stream{e: e, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
+	if s.err = ps.err; s.err != nil {
+		return s
 	}
+	if q.IncludePromptLogprobs {
+		s.res.PromptLogprobs = ps.lps
+	}
+	s.res.TopKPromptLogprobs = ps.top
 	seed := newSeed()
 	if q.Params.Seed != nil {
 		seed = *q.Params.Seed
@@ -199,16 +240,16 @@ func begin(m *transformer.Model[float32], z *transformer.Frozen[float32], q Requ
 		s.stop[t] = true
 	}
 	s.streams = make([]*rng.Source, q.NumSamples)
-	s.caches = make([]*transformer.Cache[float32], q.NumSamples)
+	s.caches = make([]Cache, q.NumSamples)
 	for i := range s.streams {
 		// Sample i's stream depends only on (seed, i): reproducible whatever
 		// else is batched with it.
 		s.streams[i] = rng.Derive(seed, uint64(i))
 		s.caches[i] = root.Fork()
-		m.Reserve(s.caches[i], q.Params.MaxTokens)
+		s.caches[i].Reserve(q.Params.MaxTokens)
 	}
 	for i := range q.NumSamples {
-		s.draw(i, last)
+		s.draw(i, ps.last)
 	}
 	s.prune()
 	return s
@@ -250,8 +291,8 @@ func (s *Stream) prune() {
 	}
 }
 
-// Model is the base model the stream decodes on.
-func (s *Stream) Model() *transformer.Model[float32] { return s.m }
+// Engine is the engine the stream decodes on.
+func (s *Stream) Engine() Engine { return s.e }
 
 // Progress counts the tokens drawn so far over every sample, and the
 // samples that have stopped.
@@ -272,12 +313,11 @@ func (s *Stream) Err() error { return s.err }
 func (s *Stream) Result() *Result { return s.res }
 
 // Step decodes one more token for every unfinished sample of every stream
-// (all over the same base model) in one batched pass: the base weights are
-// read once for all rows, each adapter's LoRA terms apply to its own rows.
-// ar holds the logits between steps (reuse it).
-func Step(streams []*Stream, ar *transformer.Arena[float32]) error {
-	var zs []*transformer.Frozen[float32]
-	var caches []*transformer.Cache[float32]
+// (all on the same engine) in one batched pass: the base weights are read
+// once for all rows, each adapter's LoRA terms apply to its own rows.
+func Step(streams []*Stream) error {
+	var zs []Adapter
+	var caches []Cache
 	var feed []int
 	type row struct {
 		s *Stream
@@ -294,53 +334,13 @@ func Step(streams []*Stream, ar *transformer.Arena[float32]) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	m := streams[0].m
-	ar.Reset() // the last step's buffers are dead
-	h, err := m.DecodeRows(zs, caches, feed, ar)
-	if err != nil {
+	if err := streams[0].e.Step(zs, caches, feed, func(b int, logits []float32) { rows[b].s.draw(rows[b].i, logits) }); err != nil {
 		return err
 	}
-	m.LogitsRows(zs, h, len(rows), ar, func(b int, logits []float32) {
-		rows[b].s.draw(rows[b].i, logits)
-	})
 	for _, s := range streams {
 		s.prune()
 	}
 	return nil
-}
-
-// promptLogprobs scores every prompt token given its prefix, and optionally
-// lists the top k tokens at each position. It also hands back the logits of
-// the last position, from which the first new token is sampled. A row
-// without a distribution (checkRow) is an error: its logprobs would be NaN.
-func promptLogprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], hidden []float32, prompt []int, k int, last *[]float32) ([]*float64, [][]TokenLogprob, error) {
-	P := len(prompt)
-	lps := make([]*float64, P)
-	var top [][]TokenLogprob
-	if k > 0 {
-		top = make([][]TokenLogprob, P)
-	}
-	var mu sync.Mutex
-	var bad error
-	m.Logits(z, hidden, P, nil, func(t int, row []float32) {
-		if t == P-1 {
-			*last = append([]float32(nil), row...)
-			return
-		}
-		if err := checkRow(row); err != nil {
-			mu.Lock()
-			bad = fmt.Errorf("prompt position %d: %w", t, err)
-			mu.Unlock()
-			return
-		}
-		lse := ops.LogSumExp(row)
-		lp := float64(row[prompt[t+1]]) - lse
-		lps[t+1] = &lp
-		if k > 0 {
-			top[t+1] = topK(row, k, lse)
-		}
-	})
-	return lps, top, bad
 }
 
 // topK returns the k most likely tokens of a row with their logprobs, most
@@ -366,8 +366,8 @@ func topK(row []float32, k int, lse float64) []TokenLogprob {
 
 // Logprobs returns the prompt logprobs of input (entry 0 nil): the logprobs
 // primitive, under adapter z (nil for the base model).
-func Logprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], input []int) ([]*float64, error) {
-	c := m.Cfg()
+func Logprobs(e Engine, z Adapter, input []int) ([]*float64, error) {
+	c := e.Config()
 	if len(input) == 0 {
 		return nil, fmt.Errorf("%w: input has no tokens", kerr.ErrEmptyInput)
 	}
@@ -377,17 +377,14 @@ func Logprobs(m *transformer.Model[float32], z *transformer.Frozen[float32], inp
 	if len(input) > c.MaxPos {
 		return nil, fmt.Errorf("%w: %d tokens, context %d", kerr.ErrTooLong, len(input), c.MaxPos)
 	}
-	root := m.NewCache()
-	hidden, err := m.Extend(z, root, input)
-	if err != nil {
+	ps := newPromptScores(Request{Prompt: input, IncludePromptLogprobs: true})
+	if err := e.Prefill([]Adapter{z}, []Cache{e.NewCache()}, [][]int{input}, []bool{true}, func(_, t int, row []float32) { ps.add(t, row) }); err != nil {
 		return nil, err
 	}
-	var last []float32
-	lps, _, err := promptLogprobs(m, z, hidden, input, 0, &last)
-	if err != nil {
-		return nil, err
+	if ps.err != nil {
+		return nil, ps.err
 	}
-	return lps, nil
+	return ps.lps, nil
 }
 
 func newSeed() uint64 {

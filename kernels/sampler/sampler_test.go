@@ -153,7 +153,7 @@ func transformerLSE(row []float32) float64 {
 	return math.Log(s)
 }
 
-func fixture(t *testing.T) (*transformer.Model[float32], *lora.Adapter[float32]) {
+func fixture(t *testing.T) (Engine, *lora.Adapter[float32]) {
 	t.Helper()
 	w, _ := model.Random(model.Presets["tiny-qwen3"], 8)
 	cfg := lora.Config{Rank: 4, Alpha: 8, Seed: 2}
@@ -167,7 +167,7 @@ func fixture(t *testing.T) (*transformer.Model[float32], *lora.Adapter[float32])
 			}
 		}
 	}
-	return transformer.New(w), ad
+	return OnCPU(transformer.New(w)), ad
 }
 
 func seedPtr(s uint64) *uint64 { return &s }
@@ -215,7 +215,7 @@ func TestSampleLogprobsMatchForward(t *testing.T) {
 	for _, s := range res.Sequences {
 		full := append(append([]int(nil), prompt...), s.Tokens...)
 		d := train.Datum{ModelInput: full[:len(full)-1], Loss: loss.Inputs{TargetTokens: full[1:]}}
-		out, err := train.Evaluate(context.Background(), m, ad, []train.Datum{d}, ce, nil, nil)
+		out, err := train.Evaluate(context.Background(), m.(*cpuEngine).m, ad, []train.Datum{d}, ce, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func TestSampleLogprobsMatchForward(t *testing.T) {
 
 func TestStopTokens(t *testing.T) {
 	m, ad := fixture(t)
-	all := make([]int, m.Cfg().Vocab)
+	all := make([]int, m.Config().Vocab)
 	for i := range all {
 		all[i] = i
 	}
@@ -270,7 +270,7 @@ func TestPromptLogprobs(t *testing.T) {
 	}
 	// Greedy's first token is the most likely one after the prompt.
 	best, bestLP := -1, math.Inf(-1)
-	for tok := 0; tok < m.Cfg().Vocab; tok++ {
+	for tok := 0; tok < m.Config().Vocab; tok++ {
 		l, _ := Logprobs(m, m.Freeze(ad), append(append([]int(nil), prompt...), tok))
 		if lp := *l[len(prompt)]; lp > bestLP {
 			best, bestLP = tok, lp
@@ -288,7 +288,7 @@ func TestSampleChiSquareEndToEnd(t *testing.T) {
 	prompt := []int{11, 12}
 	// Recover the last-position logprobs over the whole vocabulary by scoring
 	// each candidate token.
-	V := m.Cfg().Vocab
+	V := m.Config().Vocab
 	logits := make([]float64, V)
 	for tok := 0; tok < V; tok++ {
 		l, _ := Logprobs(m, m.Freeze(ad), []int{11, 12, tok})
@@ -362,7 +362,7 @@ func TestStepMixesAdapters(t *testing.T) {
 			p.Data[i] = float32(r.Uniform(-0.5, 0.5))
 		}
 	}
-	adapters := []*transformer.Frozen[float32]{m.Freeze(ad), m.Freeze(other), nil, m.Freeze(ad)}
+	adapters := []Adapter{m.Freeze(ad), m.Freeze(other), nil, m.Freeze(ad)}
 	reqs := make([]Request, len(adapters))
 	for i := range reqs {
 		reqs[i] = Request{Prompt: []int{3, 4 + i, 5}, NumSamples: 1 + i%3,
@@ -381,7 +381,6 @@ func TestStepMixesAdapters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ar := transformer.NewArena[float32]()
 	for steps := 0; ; steps++ {
 		live := streams[:0:0]
 		for _, s := range streams {
@@ -395,7 +394,7 @@ func TestStepMixesAdapters(t *testing.T) {
 		if steps > 20 {
 			t.Fatal("streams do not finish")
 		}
-		if err := Step(live, ar); err != nil {
+		if err := Step(live); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -510,3 +509,20 @@ func FuzzPick(f *testing.F) {
 		}
 	})
 }
+
+// A cache or adapter another engine made is refused with an error, not a
+// fault inside the pass.
+func TestEngineRefusesForeignHandles(t *testing.T) {
+	e, ad := fixture(t)
+	other, _ := fixture(t)
+	if err := e.Prefill([]Adapter{nil}, []Cache{other.NewCache()}, [][]int{{1, 2}}, []bool{false}, func(int, int, []float32) {}); !errors.Is(err, errForeign) {
+		t.Fatalf("another engine's cache: %v", err)
+	}
+	if err := e.Step([]Adapter{foreignAdapter{ad}}, []Cache{e.NewCache()}, []int{1}, func(int, []float32) {}); !errors.Is(err, errForeign) {
+		t.Fatalf("another engine's adapter: %v", err)
+	}
+}
+
+type foreignAdapter struct{ ad *lora.Adapter[float32] }
+
+func (f foreignAdapter) Source() *lora.Adapter[float32] { return f.ad }

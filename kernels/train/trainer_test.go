@@ -204,7 +204,7 @@ func TestLearnsMapping(t *testing.T) {
 		}
 		exact = 0
 		for prompt, ans := range answers {
-			res, err := sampler.Sample(tr.Model(), tr.Model().Freeze(tr.Adapter()), sampler.Request{Prompt: prompt[:], NumSamples: 1,
+			res, err := sampler.Sample(sampler.OnCPU(tr.Model()), tr.Model().Freeze(tr.Adapter()), sampler.Request{Prompt: prompt[:], NumSamples: 1,
 				Params: sampler.Params{MaxTokens: 1, Temperature: 0, TopP: 1, TopK: -1}})
 			if err != nil {
 				t.Fatal(err)

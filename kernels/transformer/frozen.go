@@ -87,6 +87,9 @@ func (m *Model[F]) Freeze(ad *lora.Adapter[F]) *Frozen[F] {
 	})}
 }
 
+// Source is the adapter z was frozen from (sampler.Adapter).
+func (z *Frozen[F]) Source() *lora.Adapter[F] { return z.Adapter }
+
 // view is z's terms, nil for the base model.
 func (z *Frozen[F]) view() *terms[F] {
 	if z == nil {
