@@ -64,14 +64,14 @@ func (e *Trainer) loadState(_ context.Context, ts *trainerState, _ *Job, _ strin
 	if err != nil {
 		return nil, err
 	}
-	dir, m := e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model()
-	var tr *train.Trainer
+	dir := e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID)
+	var tr train.Learner
 	if p.WithOptimizer {
-		tr, err = train.LoadState(dir, m)
+		tr, err = ts.engine.LoadLearner(dir)
 	} else {
 		var ad *lora.Adapter[float32]
-		if ad, err = lora.LoadPEFT(dir, m.Cfg()); err == nil {
-			tr = train.NewTrainer(m, ad)
+		if ad, err = lora.LoadPEFT(dir, ts.engine.Config()); err == nil {
+			tr = ts.engine.NewLearner(ad)
 		}
 	}
 	if err != nil {
@@ -92,7 +92,7 @@ func (e *Trainer) exportLoRA(_ context.Context, ts *trainerState, j *Job, opID s
 		if err != nil {
 			return nil, err
 		}
-		if ad, err = lora.LoadPEFT(e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID), ts.tr.Model().Cfg()); err != nil {
+		if ad, err = lora.LoadPEFT(e.sys.env.Volume.CheckpointDir(cp.RunID, cp.ID), ts.engine.Config()); err != nil {
 			return nil, fmt.Errorf("read checkpoint %s: %w", cp.ID, err)
 		}
 		step = cp.Step

@@ -8,6 +8,7 @@ import (
 	"github.com/wts-project/wts/kernels/kerr"
 	"github.com/wts-project/wts/kernels/model"
 	"github.com/wts-project/wts/kernels/sampler"
+	"github.com/wts-project/wts/kernels/train"
 	"github.com/wts-project/wts/kernels/transformer"
 	"github.com/wts-project/wts/providers"
 )
@@ -15,29 +16,42 @@ import (
 // models loads each catalog model once per node: the trainer's executor
 // and the samplers' share its weights, which nothing writes after loading.
 type models struct {
-	mu      sync.Mutex
-	loaded  map[string]*transformer.Model[float32]
-	engines map[string]sampler.Engine
+	mu       sync.Mutex
+	loaded   map[string]*transformer.Model[float32]
+	sampling map[string]sampler.Engine
+	training map[string]train.Engine
 }
 
-// engine returns the catalog model name as the sampling executor runs it:
-// the engine of the device it owns, the CPU's (over the weights the
-// trainers share), made once so that its streams batch together.
-func (s *node) engine(name string) (sampler.Engine, error) {
+// samplingEngine and trainingEngine return the catalog model name as the
+// executors run it: the engine of the device they own, the CPU's (over
+// the weights both share), each made once per model, so that a model's
+// streams batch together and its runs' passes share (and so that its
+// learners share one arena: the trainer's executor runs them one at a
+// time).
+func (s *node) samplingEngine(name string) (sampler.Engine, error) {
+	return engineOf(s, name, &s.models.sampling, sampler.OnCPU)
+}
+
+func (s *node) trainingEngine(name string) (train.Engine, error) {
+	return engineOf(s, name, &s.models.training, train.OnCPU)
+}
+
+func engineOf[E any](s *node, name string, made *map[string]E, on func(*transformer.Model[float32]) E) (E, error) {
+	var e E
 	m, err := s.model(name)
 	if err != nil {
-		return nil, err
+		return e, err
 	}
 	s.models.mu.Lock()
 	defer s.models.mu.Unlock()
-	if e := s.models.engines[name]; e != nil {
+	if e, ok := (*made)[name]; ok {
 		return e, nil
 	}
-	if s.models.engines == nil {
-		s.models.engines = map[string]sampler.Engine{}
+	if *made == nil {
+		*made = map[string]E{}
 	}
-	e := sampler.OnCPU(m)
-	s.models.engines[name] = e
+	e = on(m)
+	(*made)[name] = e
 	return e, nil
 }
 

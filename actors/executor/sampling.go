@@ -580,7 +580,7 @@ func (e *Sampling) adapter(j *SamplingJob) (*heldAdapter, error) {
 	if h := e.held[j.SamplerID]; h != nil && h.version == j.Version {
 		return h, nil
 	}
-	eng, err := e.sys.engine(j.BaseModel)
+	eng, err := e.sys.samplingEngine(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/wts-project/wts/kernels/lora"
 	"github.com/wts-project/wts/kernels/par"
 	"github.com/wts-project/wts/kernels/train"
-	"github.com/wts-project/wts/kernels/transformer"
 	"github.com/wts-project/wts/persistence"
 )
 
@@ -91,7 +90,6 @@ type Trainer struct {
 
 	// Owned by the worker goroutine.
 	trainers map[string]*trainerState
-	arena    *transformer.Arena[float32] // every trainer's buffers (see Trainer.UseArena)
 }
 
 // task is one operation in the executor: its job, its cancel, and how far
@@ -105,7 +103,7 @@ type task struct {
 	mark    *time.Timer // tells the run it started, unless it ends first
 	ts      *trainerState
 	rb      *rebuild    // its run's trainer being rebuilt, before ts
-	pass    *train.Pass // a forward or forward_backward in progress
+	pass    train.Batch // a forward or forward_backward in progress
 	chore   *chore      // set for work that is not an operation
 }
 
@@ -179,7 +177,8 @@ var errStopping = errors.New("the node is stopping")
 
 // trainerState is a run's live trainer and how far it has got.
 type trainerState struct {
-	tr           *train.Trainer
+	tr           train.Learner
+	engine       train.Engine // the base model's, on this executor's device
 	baseModel    string
 	epoch        uint64    // the run activation it was built for
 	stateSeq     int64     // the last mutating operation applied
@@ -205,7 +204,7 @@ const progressEvery = 250 * time.Millisecond
 
 func newTrainer(s *node) *Trainer {
 	e := &Trainer{sys: s, tasks: map[string]*task{}, fence: epochFence{}, drained: make(chan struct{}),
-		trainers: map[string]*trainerState{}, arena: transformer.NewArena[float32]()}
+		trainers: map[string]*trainerState{}}
 	e.wake = sync.NewCond(&e.mu)
 	go e.work()
 	return e
@@ -567,7 +566,6 @@ func (e *Trainer) begin(t *task) (bool, error) {
 			}
 		})
 	}
-	t.ts.tr.UseArena(e.arena)
 	t.ts.lastUsed = time.Now()
 	if j.Parsed == nil {
 		p, err := Parse(j.Kind, j.Payload)
@@ -617,7 +615,7 @@ func (e *Trainer) sharedPass(t *task) error {
 		return e.passOf([]*task{t})
 	}
 	room := train.MicroTokens - t.pass.NextTokens()
-	model := t.ts.tr.Model()
+	eng := t.ts.engine
 	e.mu.Lock()
 	cands := e.ready.takeIf(maxShared-1, func(c *task) bool {
 		if c.chore != nil || !c.j.Pooled || c.j.Kind != t.j.Kind || c.rb != nil || c.ctx.Err() != nil {
@@ -631,7 +629,7 @@ func (e *Trainer) sharedPass(t *task) error {
 			}
 		}
 		n := batchTokens(c)
-		if ts.tr.Model() != model || n > room {
+		if ts.engine != eng || n > room {
 			return false
 		}
 		room -= n
@@ -661,13 +659,13 @@ func (e *Trainer) sharedPass(t *task) error {
 // passOf runs the next micro-batch of each task of group in one pass; the
 // outcomes of all but the first are taken here.
 func (e *Trainer) passOf(group []*task) error {
-	ctxs, passes := make([]context.Context, len(group)), make([]*train.Pass, len(group))
+	ctxs, passes := make([]context.Context, len(group)), make([]train.Batch, len(group))
 	for i, g := range group {
 		// Not cancelled since the slice began: the pass runs to its end,
 		// as a pass alone's micro-batch does, and each hears of its progress.
 		ctxs[i], passes[i] = context.WithoutCancel(g.ctx), g.pass
 	}
-	err := grain.Guard(e.sys.env.Log, "executor shared pass", func() error { return train.NextShared(ctxs, passes) })
+	err := grain.Guard(e.sys.env.Log, "executor shared pass", func() error { return group[0].ts.engine.NextShared(ctxs, passes) })
 	e.sys.env.Metrics.Pass(len(group))
 	for _, c := range group[1:] {
 		if err != nil {
@@ -797,7 +795,6 @@ func (e *Trainer) apply(ctx context.Context, ts *trainerState, j *Job, opID, kin
 			return nil, err
 		}
 	}
-	ts.tr.UseArena(e.arena)
 	return k.train(e, ctx, ts, j, opID, p)
 }
 
@@ -956,29 +953,29 @@ type rebuild struct {
 // lists the operations to replay.
 func (e *Trainer) startRebuild(j *Job) (*rebuild, error) {
 	e.drop(j.RunID)
-	m, err := e.sys.model(j.BaseModel)
+	eng, err := e.sys.trainingEngine(j.BaseModel)
 	if err != nil {
 		return nil, err
 	}
-	need := TrainerBytes(m.Cfg(), &j.LoRA)
+	need := TrainerBytes(eng.Config(), &j.LoRA)
 	if err := e.room(need, j.RunID); err != nil {
 		return nil, err
 	}
-	ts := &trainerState{baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq, bytes: need}
+	ts := &trainerState{engine: eng, baseModel: j.BaseModel, epoch: j.Epoch, lastSnapshot: time.Now(), snapshotSeq: j.SnapshotSeq, bytes: need}
 	rb := &rebuild{ts: ts}
 	switch {
 	case j.SnapshotSeq > 0:
-		if ts.tr, err = train.LoadState(e.sys.env.Volume.SnapshotDir(j.RunID, j.SnapshotSeq), m); err != nil {
+		if ts.tr, err = eng.LoadLearner(e.sys.env.Volume.SnapshotDir(j.RunID, j.SnapshotSeq)); err != nil {
 			err = fmt.Errorf("load snapshot %d of %s: %w", j.SnapshotSeq, j.RunID, err)
 		}
 	case j.FromCheckpoint:
-		if ts.tr, err = train.LoadState(e.sys.env.Volume.InitialDir(j.RunID), m); err != nil {
+		if ts.tr, err = eng.LoadLearner(e.sys.env.Volume.InitialDir(j.RunID)); err != nil {
 			err = fmt.Errorf("load the initial state of %s: %w", j.RunID, err)
 		}
 	default:
 		var ad *lora.Adapter[float32]
-		if ad, err = lora.New(m.Cfg(), LoRAConfig(&j.LoRA)); err == nil {
-			ts.tr = train.NewTrainer(m, ad)
+		if ad, err = lora.New(eng.Config(), LoRAConfig(&j.LoRA)); err == nil {
+			ts.tr = eng.NewLearner(ad)
 		}
 	}
 	if err == nil {
