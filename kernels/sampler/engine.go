@@ -14,7 +14,9 @@ import (
 // prompt of a prefill, every stream of a step), and logits come back a
 // row at a time, so the sampler's draws need nothing else from the device.
 // OnCPU is the CPU engine's; an executor runs the engine of the device it
-// owns (docs/engine.md).
+// owns (docs/engine.md). The callbacks of Prefill and Step may run
+// concurrently for distinct rows, and a row's logits are the engine's
+// again once its call returns.
 type Engine interface {
 	// Config is the base model's.
 	Config() model.Config
@@ -31,9 +33,6 @@ type Engine interface {
 	// one pass, and hands fn row b's logits.
 	Step(adapters []Adapter, caches []Cache, tokens []int, fn func(b int, logits []float32)) error
 }
-
-// The callbacks of Prefill and Step may run concurrently for distinct rows;
-// a row's logits are the engine's until its call returns.
 
 // Adapter is a LoRA adapter made ready by one engine's Freeze, for that
 // engine's passes alone.
