@@ -37,21 +37,21 @@ func (s *node) trainingEngine(name string) (train.Engine, error) {
 }
 
 func engineOf[E any](s *node, name string, made *map[string]E, on func(*transformer.Model[float32]) E) (E, error) {
-	var e E
 	m, err := s.model(name)
 	if err != nil {
-		return e, err
+		var none E
+		return none, err
 	}
 	s.models.mu.Lock()
 	defer s.models.mu.Unlock()
-	if e, ok := (*made)[name]; ok {
-		return e, nil
+	e, ok := (*made)[name]
+	if !ok {
+		if *made == nil {
+			*made = map[string]E{}
+		}
+		e = on(m)
+		(*made)[name] = e
 	}
-	if *made == nil {
-		*made = map[string]E{}
-	}
-	e = on(m)
-	(*made)[name] = e
 	return e, nil
 }
 

@@ -334,11 +334,11 @@ func panelTiles(ab aBlock, b bPanel, c []float32, ldc, ic, mb, j0, kb, nw int, n
 	// next panel's lines need (a few-row product reads its weights at what
 	// those buffers allow).
 	// A 16-bit panel's rows are half as long.
-	row := 64
+	rowBytes := 64
 	if b.h != nil {
-		row = 32
+		rowBytes = 32
 	}
-	pstep := max(4, (row+tiles-1)/tiles)
+	pstep := max(4, (rowBytes+tiles-1)/tiles)
 	for t, ir, mw := 0, 0, 0; ir < mb; t, ir = t+1, ir+mw {
 		mw = min(mr, mb-ir)
 		if ab.rs != 0 {

@@ -165,7 +165,7 @@ func StartMany(e Engine, zs []Adapter, qs []Request) ([]*Stream, []error) {
 			errs[i] = err
 			continue
 		}
-		if streams[i] = begin(zs[i], qs[i], roots[k], scores[k], e); streams[i].err != nil {
+		if streams[i] = begin(e, zs[i], qs[i], roots[k], scores[k]); streams[i].err != nil {
 			errs[i], streams[i] = streams[i].err, nil
 		}
 	}
@@ -223,7 +223,7 @@ func (ps *promptScores) add(t int, row []float32) {
 // begin makes the stream of a prefilled request: its prompt logprobs when
 // asked, each sample's cache and random stream, and its first tokens. A
 // stream that could not start has err set.
-func begin(z Adapter, q Request, root Cache, ps *promptScores, e Engine) *Stream {
+func begin(e Engine, z Adapter, q Request, root Cache, ps *promptScores) *Stream {
 	s := &Stream{e: e, z: z, params: &q.Params, res: &Result{Sequences: make([]Sequence, q.NumSamples)}, stop: map[int]bool{}}
 	if s.err = ps.err; s.err != nil {
 		return s

@@ -155,7 +155,17 @@ func transformerLSE(row []float32) float64 {
 
 func fixture(t *testing.T) (Engine, *lora.Adapter[float32]) {
 	t.Helper()
-	w, _ := model.Random(model.Presets["tiny-qwen3"], 8)
+	return fixtureWith(t, transformer.Options{})
+}
+
+// fixtureWith is the tiny Qwen3-shaped model kept as o says, on the CPU,
+// with an adapter whose B factors are random (B starts at zero otherwise).
+func fixtureWith(t *testing.T, o transformer.Options) (Engine, *lora.Adapter[float32]) {
+	t.Helper()
+	w, err := model.Random(model.Presets["tiny-qwen3"], 8)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := lora.Config{Rank: 4, Alpha: 8, Seed: 2}
 	cfg.Targets(true, true, true)
 	ad, _ := lora.New(w.Cfg, cfg)
@@ -167,7 +177,7 @@ func fixture(t *testing.T) (Engine, *lora.Adapter[float32]) {
 			}
 		}
 	}
-	return OnCPU(transformer.New(w)), ad
+	return OnCPU(transformer.NewWith(w, o)), ad
 }
 
 func seedPtr(s uint64) *uint64 { return &s }
